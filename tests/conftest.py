@@ -1,0 +1,68 @@
+import os
+
+import torch
+
+# Triton kernels run on the CPU through Triton's interpreter, which must be chosen before
+# triton is first imported (by anything): decide here, before any test module loads.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from tinyspec.cli import WEIGHTS
+from tinyspec.model import GPT, GPTConfig
+from tinyspec.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="session")
+def enc():
+    """The shipped tokenizer."""
+    return load_tokenizer(WEIGHTS / "tokenizer.tiktoken")
+
+
+def random_gpt(vocab_size=64, n_ctx=64, n_layer=2, n_head=2, n_embd=32, seed=0, scale=1.0) -> GPT:
+    """A GPT with random weights; `scale` > 1 sharpens its distributions (GPT-2's init is
+    nearly uniform, which makes greedy decoding depend on float noise)."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=vocab_size, n_ctx=n_ctx, n_layer=n_layer, n_head=n_head, n_embd=n_embd))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(scale)
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_gpt():
+    return random_gpt()
+
+
+def counting_sequences(n, length, vocab, generator):
+    """Synthetic text a small model can learn exactly: x_{t+1} = x_t + s (mod vocab), with a
+    start and a stride s drawn per sequence (s in 1..5), so the next tokens follow from context."""
+    start = torch.randint(vocab, (n, 1), generator=generator)
+    stride = torch.randint(1, 6, (n, 1), generator=generator)
+    return (start + stride * torch.arange(length)) % vocab
+
+
+@pytest.fixture(scope="session")
+def counting_gpt():
+    return train_counting_gpt()
+
+
+def train_counting_gpt():
+    """A tiny GPT trained for a few seconds on counting sequences: its greedy continuations are
+    predictable, which gives Medusa heads and drafts something real to learn and accept."""
+    model = random_gpt(vocab_size=32, n_ctx=64, n_layer=2, n_head=2, n_embd=32, seed=0)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(250):
+        x = counting_sequences(32, 33, 32, g)
+        logits, _ = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5, f"the counting model did not learn (loss {loss.item():.2f})"
+    return model.eval()

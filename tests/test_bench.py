@@ -1,0 +1,68 @@
+"""The benchmark end to end on random models (the numbers are meaningless; the plumbing is not)."""
+import json
+
+import pytest
+import torch
+
+from tinyspec import bench
+from tinyspec.medusa import MedusaHeads, fingerprint
+
+from conftest import random_gpt
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    target = random_gpt(vocab_size=8192, n_ctx=320, scale=3.0)
+    target.save(d / "target.safetensors")
+    random_gpt(vocab_size=8192, n_ctx=320, n_layer=1, scale=3.0, seed=1).save(d / "draft.safetensors")
+    heads = MedusaHeads(32, 3)
+    heads.accuracy = torch.tensor([[0.5, 0.2, 0.1], [0.3, 0.2, 0.1], [0.2, 0.1, 0.1]])
+    heads.target_fingerprint = fingerprint(target)
+    heads.save(d / "heads.safetensors")
+    return d
+
+
+def test_quick_benchmark_reports_every_figure(files, capsys):
+    bench.main(["--quick", "--json", "--model", str(files / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
+                "--heads", str(files / "heads.safetensors")])
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    assert {r["method"] for r in rows} == {"ar", "draft:4", "medusa:16"}
+    assert {r["category"] for r in rows} == {"code", "docs", "structured"}
+    for r in rows:
+        assert r["tokens_per_s"] > 0 and r["tau"] >= 1 and r["new_tokens"] == 2 * 48
+        if r["method"] == "ar":
+            assert r["speedup"] == 1 and r["tau"] == 1
+        else:
+            assert r["acceptance_rate"] is not None and r["predicted_speedup"] > 0
+    assert "device" in report
+    peers = report["huggingface"]  # transformers is in the test extra
+    assert {p["method"] for p in peers} == {"hf", "hf-assisted"}
+    for p in peers:
+        assert p["tokens_per_s"] > 0 and p["tinyspec_speedup"] > 0
+        assert p["matches_tinyspec"] == 1.0  # HF's greedy decoding of our exported weights writes our tokens
+
+
+def test_table_plots_and_bad_flags(files, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    bench.main(["--methods", "ar,draft:2,draft:3", "--temperatures", "0,1", "--categories", "code", "--prompts-per-category",
+                "1", "--max-new-tokens", "8", "--repeats", "1", "--no-hf", "--model", str(files / "target.safetensors"),
+                "--draft", str(files / "draft.safetensors"), "--plot", str(tmp_path / "fig"), "--save", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert "draft:2" in out and "speedup" in out and "tau" in out
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec.bench --methods")
+    assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == [
+        "predicted_vs_measured.png", "speedup_vs_k.png", "tau_vs_temperature.png"]
+    for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"]):
+        with pytest.raises(SystemExit) as e:
+            bench.main(bad + ["--model", str(files / "target.safetensors")])
+        assert e.value.code == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernel benchmark really runs")
+def test_kernel_benchmark_needs_a_gpu(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["kernels"])
+    assert e.value.code == 2 and "CUDA GPU" in capsys.readouterr().err

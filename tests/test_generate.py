@@ -1,0 +1,129 @@
+"""Plain decoding and the generate command line."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tinyspec import generate
+from tinyspec.decoding import Step, autoregressive, run
+from tinyspec.generate import Printer
+from tinyspec.sampling import Sampling
+
+from conftest import random_gpt
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A random model over the shipped tokenizer's 8192 tokens, saved like the shipped one."""
+    path = tmp_path_factory.mktemp("m") / "model.safetensors"
+    random_gpt(vocab_size=8192, n_ctx=64, scale=4.0).save(path)
+    return path
+
+
+def naive_greedy(model, prompt, n):
+    """Reference: no cache, the whole sequence through the model for every token."""
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            seq.append(int(model(torch.tensor([seq]))[0][0, -1].argmax()))
+    return seq[len(prompt):]
+
+
+def test_greedy_with_cache_equals_recomputing_everything():
+    model = random_gpt(scale=4.0)
+    for prompt in ([1], [5, 9, 2, 33], list(range(20))):
+        res = run(autoregressive(model, prompt, Sampling(0.0), None, max_len=64), max_new_tokens=30)
+        assert res.token_ids == naive_greedy(model, prompt, 30)
+        assert res.target_steps == 30 and res.stop_reason == "length"
+
+
+def test_seeded_sampling_is_reproducible():
+    model = random_gpt(scale=2.0)
+    draw = lambda seed: run(autoregressive(model, [1, 2], Sampling(1.0, top_k=20), torch.Generator().manual_seed(seed), 64), 25).token_ids
+    assert draw(7) == draw(7) != draw(8)
+
+
+def fake_method(steps):
+    yield from (Step(t, ["target"] * len(t)) for t in steps)
+
+
+def test_run_stops_at_eot_length_and_context():
+    res = run(fake_method([[1, 2], [3, 99, 4]]), max_new_tokens=10, stop_id=99)
+    assert (res.token_ids, res.stop_reason, res.target_steps) == ([1, 2, 3], "eot", 2)
+    res = run(fake_method([[1, 2], [3, 4, 5]]), max_new_tokens=4, stop_id=99)
+    assert (res.token_ids, res.stop_reason) == ([1, 2, 3, 4], "length")
+    res = run(fake_method([[1], [2]]), max_new_tokens=10)
+    assert (res.token_ids, res.stop_reason) == ([1, 2], "context")
+
+
+def test_context_window_ends_generation(model_file, enc, capsys):
+    prompt = " ".join(["word"] * 50)
+    generate.main(["--prompt", prompt, "--max-new-tokens", "500", "--model", str(model_file), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["stats"]["stop_reason"] == "context"
+    # 64 positions (n_ctx) are fed through the model; the token predicted at the last one is the 65th
+    assert len(enc.encode_ordinary(prompt)) + len(out["token_ids"]) == 65
+
+
+def test_streaming_decodes_characters_split_across_tokens(enc):
+    import io
+    text = "naïve 日本語 ok"
+    buf = io.StringIO()
+    printer = Printer(enc, buf)
+    for t in [t for t in enc.encode_ordinary(text)]:
+        printer(Step([t], ["target"]))
+    printer.finish()
+    assert buf.getvalue() == text + "\n"
+
+
+def test_json_output(model_file, capsys):
+    generate.main(["--prompt", "def f(x):", "--max-new-tokens", "12", "--model", str(model_file), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"prompt", "text", "token_ids", "stats"} and out["prompt"] == "def f(x):"
+    assert {"new_tokens", "target_steps", "wall_s", "tokens_per_s"} <= set(out["stats"])
+    assert out["stats"]["new_tokens"] == len(out["token_ids"]) <= 12
+
+
+def test_prompt_files_jsonl_and_plain(model_file, tmp_path, capsys):
+    (tmp_path / "p.jsonl").write_text('{"prompt": "import os\\n"}\n{"prompt": "class A:"}\n')
+    (tmp_path / "p.txt").write_text("import os\n\nclass A:\n")
+    for f in ("p.jsonl", "p.txt"):
+        generate.main(["--prompt-file", str(tmp_path / f), "--max-new-tokens", "4", "--model", str(model_file), "--json"])
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [r["prompt"] for r in rows] == (["import os\n", "class A:"] if f == "p.jsonl" else ["import os", "class A:"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--temperature", "-1"], "temperature"),
+    (["--top-p", "2"], "top-p"),
+    (["--max-new-tokens", "0"], "max-new-tokens"),
+    (["--model", "/nonexistent/model.safetensors"], "not found"),
+    (["--device", "cuda:7"], "device"),
+    (["--method", "nope"], "--help"),
+    (["--prompt-file", "/nonexistent.jsonl"], "no such file"),
+])
+def test_bad_input_is_one_line_exit_2(model_file, argv, message, capsys):
+    base = ["--model", str(model_file)] + (["--prompt", "x"] if "--prompt-file" not in argv else [])
+    with pytest.raises(SystemExit) as e:
+        generate.main(base + argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_too_long_prompt_and_vocab_mismatch(model_file, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        generate.main(["--prompt", "word " * 100, "--model", str(model_file)])
+    assert "context is 64" in capsys.readouterr().err
+    random_gpt(vocab_size=100).save(tmp_path / "v100.safetensors")
+    with pytest.raises(SystemExit):
+        generate.main(["--prompt", "x", "--model", str(tmp_path / "v100.safetensors")])
+    assert "vocabulary" in capsys.readouterr().err
+
+
+def test_command_line_process_exits_2_without_traceback(tmp_path):
+    (tmp_path / "broken.safetensors").write_bytes(b"\x00" * 10)
+    p = subprocess.run([sys.executable, "-m", "tinyspec.generate", "--prompt", "x", "--model", str(tmp_path / "broken.safetensors")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("error:"), p.stderr

@@ -1,0 +1,237 @@
+"""Draft-model speculative decoding against plain decoding (greedy: token for token; sampled:
+the same distribution, checked statistically on a model small enough to enumerate)."""
+import itertools
+import json
+import random
+
+import pytest
+import torch
+
+from tinyspec import generate
+from tinyspec.decoding import autoregressive, run
+from tinyspec.kvcache import KVCache
+from tinyspec.sampling import Sampling
+from tinyspec.speculative import (AdaptiveK, accept_or_resample, best_k, expected_speedup, expected_tokens,
+                                  speculative)
+
+from conftest import random_gpt
+
+
+def perturbed(model, noise, seed):
+    """A draft that agrees with `model` often but not always: its weights plus noise."""
+    torch.manual_seed(seed)
+    copy = random_gpt(vocab_size=model.config.vocab_size, n_ctx=model.config.n_ctx)
+    copy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.add_(noise * torch.randn_like(p) * p.std())
+    return copy
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_gpt(vocab_size=64, n_ctx=96, scale=3.0, seed=0)
+    drafts = {"same": target, "close": perturbed(target, 0.3, 1), "far": perturbed(target, 1.5, 2),
+              "unrelated": random_gpt(vocab_size=64, n_ctx=96, n_layer=1, scale=3.0, seed=3)}
+    return target, drafts
+
+
+def test_greedy_equals_plain_decoding_for_every_k_and_draft(models):
+    target, drafts = models
+    rng = random.Random(0)
+    accepted_somewhere, rejected_somewhere = False, False
+    for name, draft in drafts.items():
+        for k in range(1, 9):
+            for _ in range(3):
+                prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
+                plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 40).token_ids
+                spec = run(speculative(target, draft, prompt, Sampling(0.0), None, 96, k), 40)
+                assert spec.token_ids == plain, f"draft {name}, k={k}, prompt {prompt}"
+                accepted_somewhere |= spec.accepted > 0
+                rejected_somewhere |= spec.rejections > 0
+    assert accepted_somewhere and rejected_somewhere  # both branches of the rule were exercised
+
+
+def test_greedy_runs_to_the_end_of_the_context(models):
+    target, drafts = models
+    prompt = [i % 64 for i in range(80)]
+    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 100)
+    spec = run(speculative(target, drafts["close"], prompt, Sampling(0.0), None, 96, 6), 100)
+    assert spec.token_ids == plain.token_ids and spec.stop_reason == plain.stop_reason == "context"
+    assert len(prompt) + len(spec.token_ids) == 97
+
+
+def cache_from_plain_decoding(model, tokens, max_len):
+    cache = KVCache.for_model(model, max_len)
+    with torch.no_grad():
+        for t in tokens:  # one token at a time, exactly as plain decoding builds it
+            model(torch.tensor([[t]]), cache=cache)
+    return cache
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature):
+    target, drafts = models
+    draft = drafts["close"]
+    caches = (KVCache.for_model(target, 96), KVCache.for_model(draft, 96))
+    prompt = [5, 17, 3]
+    steps = speculative(target, draft, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 4, caches)
+    seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
+    assert caches[0].length == len(seq) - 1  # everything but the newest token, not fed yet
+    for model, cache in zip((target, draft), caches):
+        n = cache.length
+        expected = cache_from_plain_decoding(model, seq[:n], 96)
+        torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+
+
+# ---- sampling: exactness, statistically ------------------------------------------------------
+
+V = 8  # tiny vocabulary: all V^2 two-token continuations can be enumerated
+PROMPT = [0, 1]
+
+
+@torch.no_grad()
+def exact_two_token_distribution(target, sampling):
+    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1), enumerated with the target."""
+    p1 = sampling.probs(target(torch.tensor([PROMPT]))[0][0, -1])
+    table = torch.zeros(V, V)
+    for x1 in range(V):
+        table[x1] = p1[x1] * sampling.probs(target(torch.tensor([PROMPT + [x1]]))[0][0, -1])
+    return table.flatten()
+
+
+def chi_square(counts, expected_probs):
+    n = counts.sum()
+    keep = expected_probs * n >= 5  # pool the rare cells so the chi-square approximation holds
+    observed = torch.cat([counts[keep], counts[~keep].sum().view(1)])
+    expected = torch.cat([expected_probs[keep] * n, (expected_probs[~keep] * n).sum().view(1)])
+    if expected[-1] == 0:  # nothing to pool: only impossible outcomes, which must not occur
+        if observed[-1] > 0:
+            return float("inf"), len(expected) - 2
+        observed, expected = observed[:-1], expected[:-1]
+    stat = ((observed - expected) ** 2 / expected).sum().item()
+    return stat, len(expected) - 1  # degrees of freedom
+
+
+def critical_value(dof, z=4.26):
+    """Wilson-Hilferty approximation of the chi-square quantile at z (4.26: p ~ 1e-5)."""
+    a = 2 / (9 * dof)
+    return dof * (1 - a + z * a ** 0.5) ** 3
+
+
+def speculative_samples(target, draft, sampling, k, n):
+    counts = torch.zeros(V * V)
+    for seed in range(n):
+        out = run(speculative(target, draft, PROMPT, sampling, torch.Generator().manual_seed(seed), 8, k), 2).token_ids
+        counts[out[0] * V + out[1]] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_models():
+    target = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=1)
+    draft = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=2)  # a poor draft: many rejections
+    return target, draft
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling, k", [(Sampling(1.0), 2), (Sampling(0.8, top_k=5), 1)])
+def test_sampled_output_has_the_target_distribution(tiny_vocab_models, sampling, k):
+    target, draft = tiny_vocab_models
+    exact = exact_two_token_distribution(target, sampling)
+    counts = speculative_samples(target, draft, sampling, k, 6000)
+    stat, dof = chi_square(counts, exact)
+    assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: output is not the target's distribution"
+    q1 = sampling.probs(draft(torch.tensor([PROMPT]))[0][0, -1])
+    p1 = exact.view(V, V).sum(1)
+    assert (p1 - q1).abs().sum() / 2 > 0.2  # the draft really is far from the target: the test has teeth
+
+
+def test_acceptance_rule_reproduces_p_for_fixed_distributions():
+    """accept_or_resample alone: the first token it emits is distributed as p, whatever q."""
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(2, 6) * 2, -1)  # p_1 and p_2 (bonus)
+    q = torch.softmax(torch.randn(1, 6) * 2, -1)
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(6)
+    n = 20000
+    for _ in range(n):
+        draft = torch.multinomial(q[0], 1, generator=g)
+        accepted, token, _ = accept_or_resample(p, q, draft, g)
+        counts[int(draft) if accepted else int(token)] += 1
+    stat, dof = chi_square(counts, p[0])
+    assert stat < critical_value(dof), (counts / n, p[0])
+
+
+# ---- adaptive k -----------------------------------------------------------------------------
+
+def test_expected_tokens_matches_a_simulation():
+    rng = random.Random(0)
+    for alpha, k in [(0.3, 2), (0.7, 4), (0.9, 8)]:
+        def one_step():
+            n = 0
+            while n < k and rng.random() < alpha:
+                n += 1
+            return n + 1  # accepted proposals + the correction or bonus token
+        mean = sum(one_step() for _ in range(40000)) / 40000
+        assert mean == pytest.approx(expected_tokens(alpha, k), rel=0.02)
+
+
+def test_best_k_falls_back_to_plain_decoding_when_speculation_does_not_pay():
+    assert best_k(alpha=0.05, c=0.5, k_max=8) == 0
+    assert best_k(alpha=0.9, c=0.05, k_max=8) >= 6
+    assert expected_speedup(0.8, 0.1, 4) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))
+
+
+def test_adaptive_k_is_still_exact(models):
+    target, drafts = models
+    plain = run(autoregressive(target, [3, 4], Sampling(0.0), None, 96), 60).token_ids
+    for name in ("same", "close", "unrelated"):
+        policy = AdaptiveK(cost_ratio=0.2, k_max=6)
+        assert run(speculative(target, drafts[name], [3, 4], Sampling(0.0), None, 96, policy), 60).token_ids == plain
+        if name == "same":  # a draft identical to the target is always accepted: alpha climbs from its prior 0.5
+            assert policy.alpha > 0.9 and policy.choose() == 6
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec")
+    target = random_gpt(vocab_size=8192, n_ctx=64, scale=4.0)
+    target.save(d / "target.safetensors")
+    perturbed(target, 0.3, 1).save(d / "draft.safetensors")
+    random_gpt(vocab_size=100).save(d / "v100.safetensors")
+    return d
+
+
+def test_cli_draft_method_json_stats_and_equality_with_ar(model_files, capsys):
+    base = ["--prompt", "def f(x):", "--max-new-tokens", "20", "--model", str(model_files / "target.safetensors"), "--json"]
+    generate.main(base)
+    ar = json.loads(capsys.readouterr().out)
+    for k in ("3", "auto"):
+        generate.main(base + ["--method", "draft", "--k", k, "--draft", str(model_files / "draft.safetensors")])
+        spec = json.loads(capsys.readouterr().out)
+        assert spec["token_ids"] == ar["token_ids"]
+        stats = spec["stats"]
+        assert {"draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted"} <= set(stats)
+        assert stats["mean_accepted"] == pytest.approx(stats["new_tokens"] / stats["target_steps"], abs=1e-3)
+
+
+def test_cli_show_colours_tokens(model_files, capsys):
+    generate.main(["--prompt", "x = 1", "--max-new-tokens", "12", "--model", str(model_files / "target.safetensors"),
+                   "--method", "draft", "--draft", str(model_files / "draft.safetensors"), "--show"])
+    out, err = capsys.readouterr()
+    assert "\033[32m" in out and "tau" in err and "colours" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--k", "0"], "--k"), (["--k", "many"], "--k"),
+    (["--draft", "{d}/v100.safetensors"], "vocabulary"), (["--draft", "{d}/none.safetensors"], "not found")])
+def test_cli_refuses_bad_draft_settings(model_files, argv, message, capsys):
+    argv = [a.format(d=model_files) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(model_files / "target.safetensors"), "--method", "draft",
+                       "--draft", str(model_files / "draft.safetensors")] + argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""Data split and training: the loss must fall, and --resume must continue exactly."""
+import json
+
+import pytest
+import torch
+
+from tinyspec import data, train
+from tinyspec.cli import WEIGHTS
+from tinyspec.model import GPT
+from tinyspec.tokenizer import load_tokenizer
+
+
+def test_split_is_by_whole_module_and_stable():
+    splits = {s: data.stdlib_modules(s) for s in ("train", "val", "bench")}
+    names = {s: {p.relative_to(data.STDLIB).as_posix() for p in files} for s, files in splits.items()}
+    assert not (names["train"] & names["val"]) and not (names["train"] & names["bench"]) and not (names["val"] & names["bench"])
+    total = sum(map(len, names.values()))
+    assert 0.02 < len(names["val"]) / total < 0.07 and 0.02 < len(names["bench"]) / total < 0.07
+    assert data.split_of("email/parser.py") == data.split_of("email/parser.py")
+
+
+def test_batches_are_shifted_windows(tmp_path):
+    import numpy as np
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    x, y = data.TokenFile(tmp_path / "t.bin").batch(4, 10, torch.Generator().manual_seed(0))
+    assert x.shape == (4, 10) and torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(x[:, 0] + 1, y[:, 0])
+
+
+def tiny_run(tmp_path, run_dir, steps, extra=()):
+    argv = ["gpt", "--preset", "tiny", "--steps", str(steps), "--batch-size", "8", "--lr", "3e-3", "--warmup", "5",
+            "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(tmp_path / "data"),
+            "--run-dir", str(run_dir), "--out", str(run_dir / "out.safetensors"), *extra]
+    train.main(argv)
+    return json.loads((train.latest_checkpoint(run_dir) / "state.json").read_text())
+
+
+@pytest.mark.slow
+def test_tiny_training_lowers_validation_loss_and_resume_is_exact(tmp_path):
+    straight = tiny_run(tmp_path, tmp_path / "a", 40)
+    losses = [h["val_loss"] for h in straight["history"]]
+    assert losses[-1] < losses[0] - 0.5, losses  # 40 steps take a random model well below ln(8192) = 9.0
+    card = (tmp_path / "a" / "out.md").read_text()
+    assert "tiny" in card and f"{losses[-1]:.3f}" in card
+
+    tiny_run(tmp_path, tmp_path / "b", 40, ["--max-minutes", "1e-9"])  # stops after its first step
+    resumed = tiny_run(tmp_path, tmp_path / "b", 40, ["--resume"])
+    assert resumed["step"] == 40 and len(list((tmp_path / "b").glob("step-*"))) == 1  # older checkpoints removed
+    a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), f"resumed run differs from the straight run in {name}"
+
+
+def test_resume_without_checkpoint_is_a_clean_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        tiny_run(tmp_path, tmp_path / "none", 5, ["--resume"])
+    assert e.value.code == 2 and "no checkpoint" in capsys.readouterr().err
+
+
+def test_tokenizer_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "corpus", lambda split, extra=None: ["def f(x):\n    return x + 1\n"] * 50)
+    train.main(["tokenizer", "--vocab-size", "270", "--out", str(tmp_path / "t.tiktoken")])
+    enc = load_tokenizer(tmp_path / "t.tiktoken")
+    assert enc.n_vocab == 270 and enc.decode(enc.encode_ordinary("return x")) == "return x"
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    lrs = [train.lr_at(s, 100, 1.0, 10) for s in range(101)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[100] == pytest.approx(0.1)
+
+
+@pytest.mark.slow
+def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
+    straight = tiny_run(tmp_path, tmp_path / "a", 20)
+    real_write = train.atomic_write_json
+    calls = []
+
+    def crash_on_second_checkpoint(path, obj):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as if the process died half-way through checkpoint 2
+        real_write(path, obj)
+
+    monkeypatch.setattr(train, "atomic_write_json", crash_on_second_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        tiny_run(tmp_path, tmp_path / "b", 20)
+    monkeypatch.setattr(train, "atomic_write_json", real_write)
+    assert json.loads((train.latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 10
+    resumed = tiny_run(tmp_path, tmp_path / "b", 20, ["--resume"])
+    assert resumed["step"] == straight["step"] == 20
+    a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

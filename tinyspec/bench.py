@@ -1,0 +1,284 @@
+"""`python -m tinyspec.bench`: every method on the same held-out prompts, same device, same run.
+
+    python -m tinyspec.bench --quick                      # about a minute on a CPU
+    python -m tinyspec.bench --methods ar,draft:2,draft:4,draft:6 --temperatures 0,1 --json
+    python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)
+    python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)
+
+The prompts (`tinyspec/prompts.jsonl`, made by `python -m tinyspec.data`) come from standard
+library modules no model trained or validated on, in three categories: code (write a function
+body), docs (continue a docstring) and structured (continue a literal table).
+
+Per method, temperature and category it reports tau (tokens per target forward, the
+correction/bonus token included), the acceptance rate, tokens/s (the median over --repeats
+passes, after a warm-up pass), the speedup over `ar` (our own plain decoding, measured in the
+same run on the same prompts) and the speedup the analytic model predicts from what was
+measured: for a draft, Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) with the measured
+acceptance a and cost ratio c; for greedy Medusa, the tau its tree promises from the heads'
+held-out accuracies over the measured cost of one tree step relative to one plain step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .cli import ArgumentParser, die, pick_device
+from .files import atomic_write_json
+from .decoding import run
+from .generate import DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, decode_steps, load_model
+from .kvcache import KVCache
+from .medusa import MedusaHeads
+from .sampling import Sampling
+from .speculative import AdaptiveK, cost_ratio, expected_speedup
+from .timing import median_seconds
+from .tokenizer import load_tokenizer
+from .tree import expected_accepted, from_accuracies
+
+PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
+CATEGORIES = ("code", "docs", "structured")
+
+
+def parse_method(spec: str) -> tuple[str, str]:
+    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES' -> (name, parameter)."""
+    name, _, param = spec.partition(":")
+    ok = (name == "ar" and not param) or (name == "draft" and (param == "auto" or param.isdigit())) \
+        or (name == "medusa" and param.isdigit())
+    if not ok:
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES")
+    return name, param
+
+
+class Runner:
+    """Holds the models and runs one method over a list of prompts."""
+
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed):
+        self.target, self.draft, self.heads, self.device = target, draft, heads, device
+        self.max_new, self.seed = max_new_tokens, seed
+        self.c = cost_ratio(target, draft) if draft is not None else None
+        self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
+        self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
+
+    def tree(self, nodes: int):
+        if nodes not in self.trees:
+            self.trees[nodes] = from_accuracies(self.heads.accuracy, nodes)
+        return self.trees[nodes]
+
+    def steps(self, spec, prompt, sampling, generator):
+        name, param = spec
+        if name == "ar":
+            return decode_steps(self.target, prompt, sampling, generator, self.max_new)
+        if name == "draft":
+            k = AdaptiveK(self.c) if param == "auto" else int(param)
+            return decode_steps(self.target, prompt, sampling, generator, self.max_new, draft=self.draft, k=k)
+        return decode_steps(self.target, prompt, sampling, generator, self.max_new, heads=self.heads,
+                            tree=self.tree(int(param)))
+
+    def run(self, spec, prompts, sampling) -> dict:
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0)
+        for i, prompt in enumerate(prompts):
+            generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
+            res = run(self.steps(spec, prompt, sampling, generator), self.max_new, None, None, self.device)
+            for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
+                totals[key] += getattr(res, key)
+            totals["new_tokens"] += len(res.token_ids)
+        return totals
+
+
+@torch.no_grad()
+def step_cost(target, heads, tree, context: int = 128, repeats: int = 10) -> float:
+    """Time of one Medusa step (heads + a target forward over root and tree) over one plain
+    decoding step, both after `context` cached tokens; medians after a warm-up."""
+    device = target.lm_head.weight.device
+    tree = tree.to(device)
+    cache = KVCache.for_model(target, context + len(tree) + 1)
+    target(torch.zeros(1, context, dtype=torch.long, device=device), cache=cache)
+    reset = lambda: cache.truncate(context)
+    x1 = torch.zeros(1, 1, dtype=torch.long, device=device)
+    xt = torch.zeros(1, len(tree) + 1, dtype=torch.long, device=device)
+    h = torch.zeros(target.config.n_embd, device=device, dtype=target.lm_head.weight.dtype)
+    plain = median_seconds(lambda: target(x1, cache=cache), device, repeats, setup=reset)
+    tree_step = median_seconds(lambda: (heads(h, target.lm_head), target(xt, positions=context + tree.depth,
+                               cache=cache, mask=tree.ancestor_mask)), device, repeats, setup=reset)
+    return tree_step / plain
+
+
+def summarise(spec, temperature, category, passes, runner, ar_tps) -> dict:
+    """One row of the table from the passes of one (method, temperature, category)."""
+    name, param = spec
+    first = passes[0]
+    tps = statistics.median(p["new_tokens"] / p["wall_s"] for p in passes)
+    row = {"method": name + (f":{param}" if param else ""), "temperature": temperature, "category": category,
+           "prompts": first["prompts"], "new_tokens": first["new_tokens"], "target_steps": first["target_steps"],
+           "tau": round(first["new_tokens"] / first["target_steps"], 3), "tokens_per_s": round(tps, 2),
+           "speedup": round(tps / (ar_tps or tps), 3),  # ar runs first: its own speedup is 1
+           "acceptance_rate": None, "predicted_speedup": None}
+    if first["proposed"]:
+        row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
+    if name == "draft" and param != "auto" and first["proposed"]:
+        alpha = first["accepted"] / max(1, first["accepted"] + first["rejections"])  # per evaluated proposal
+        row["alpha"] = round(alpha, 4)
+        row["cost_ratio"] = round(runner.c, 4)
+        row["predicted_speedup"] = round(expected_speedup(alpha, runner.c, int(param)), 3)
+    if name == "medusa" and temperature == 0:  # the accuracies are of greedy guesses
+        tree = runner.tree(int(param))
+        predicted_tau = 1 + expected_accepted(tree, runner.heads.accuracy.cpu())
+        row["predicted_tau"] = round(predicted_tau, 3)
+        row["step_cost"] = round(runner.step_costs[int(param)], 3)
+        row["predicted_speedup"] = round(predicted_tau / runner.step_costs[int(param)], 3)
+    return row
+
+
+def print_table(rows, cols, head) -> None:
+    fmt = lambda v: "-" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+    table = [head] + [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for j, row in enumerate(table):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--methods", default="ar,draft:2,draft:4,draft:6,medusa:16",
+                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES (ar is always run: speedups are against it)")
+    ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures (0 = greedy)")
+    ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
+    ap.add_argument("--prompts-per-category", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per setting (the median is reported)")
+    ap.add_argument("--quick", action="store_true", help="a small run for a CPU: 2 prompts per category, 48 tokens, "
+                    "ar/draft:4/medusa:16, greedy only, 1 timed pass")
+    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
+    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--draft", default=str(DEFAULT_DRAFT))
+    ap.add_argument("--heads", default=str(DEFAULT_HEADS))
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
+    ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
+                    "when transformers is installed)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
+    return ap
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["kernels"]:
+        from .kernels.bench import main as kernel_main
+        return kernel_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.methods, args.temperatures, args.prompts_per_category = "ar,draft:4,medusa:16", "0", 2
+        args.max_new_tokens, args.repeats = 48, 1
+    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + args.methods.split(","))]
+    try:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+    except ValueError:
+        die(f"--temperatures must be comma-separated numbers, got {args.temperatures!r}")
+    if any(t < 0 for t in temperatures) or args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
+        die("temperatures must be >= 0, and --repeats, --prompts-per-category, --max-new-tokens at least 1")
+    categories = args.categories.split(",")
+    if not set(categories) <= set(CATEGORIES):
+        die(f"--categories must be among {', '.join(CATEGORIES)}")
+    device = pick_device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    enc = load_tokenizer(args.tokenizer)
+    if not Path(args.prompts).is_file():
+        die(f"--prompts {args.prompts} not found: make it with python -m tinyspec.data")
+    rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+    prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
+               for c in categories}
+    target = load_model(args.model, device, dtype).set_attention(args.attn)
+    room = target.config.n_ctx - args.max_new_tokens
+    for c in categories:
+        if not prompts[c]:
+            die(f"no prompts of category {c} in {args.prompts}")
+        if max(map(len, prompts[c])) >= room:
+            die(f"a {c} prompt of {max(map(len, prompts[c]))} tokens plus --max-new-tokens {args.max_new_tokens} "
+                f"does not fit the model's context of {target.config.n_ctx}: lower --max-new-tokens")
+    draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
+    heads = None
+    if any(n == "medusa" for n, _ in specs):
+        if not Path(args.heads).is_file():
+            die(f"Medusa heads {args.heads} not found: pass --heads, or drop medusa from --methods")
+        heads = MedusaHeads.load(args.heads, device, dtype)
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed)
+    for name, param in specs:
+        if name == "medusa":
+            runner.step_costs[int(param)] = step_cost(target, heads, runner.tree(int(param)))
+
+    for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
+        runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
+    total = len(specs) * len(temperatures) * len(categories) * args.repeats
+    out, bar = [], tqdm(total=total, desc="benchmark", disable=args.json)
+    for temperature in temperatures:
+        sampling = Sampling(temperature)
+        for category in categories:
+            ar_tps = None
+            for spec in specs:
+                passes = []
+                for _ in range(args.repeats):
+                    passes.append(dict(runner.run(spec, prompts[category], sampling), prompts=len(prompts[category])))
+                    bar.update(1)
+                row = summarise(spec, temperature, category, passes, runner, ar_tps)
+                ar_tps = ar_tps or row["tokens_per_s"]
+                out.append(row)
+    bar.close()
+    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out)
+    if args.plot:
+        try:
+            from .plots import write_plots
+            figures = write_plots(out, args.plot)
+            print(f"figures: {', '.join(str(f) for f in figures)}", file=sys.stderr)
+        except ImportError:
+            print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    report = {"device": device_name, "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
+              "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
+              "huggingface": peers}
+    if args.save:
+        atomic_write_json(Path(args.save), report)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return
+    print(f"device: {device_name}; {args.max_new_tokens} new tokens per prompt; median of {args.repeats} timed pass(es); "
+          "tau = tokens per target forward, correction/bonus included")
+    print_table(out, ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
+                      "predicted_speedup"], ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted"])
+    if peers:
+        print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft):")
+        print_table(peers, ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup", "matches_tinyspec"],
+                    ["method", "T", "category", "tok/s", "tinyspec x", "same tokens"])
+
+
+def compare_with_huggingface(runner, prompts, temperatures, repeats, rows) -> list[dict]:
+    """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
+    speculative method over assisted generation (same temperature and category)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    from .peer import huggingface_rows
+
+    peers = huggingface_rows(runner, prompts, temperatures, repeats)
+    for peer in peers:
+        same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
+        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] == "hf")]
+        peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
+    return peers
+
+
+if __name__ == "__main__":
+    main()

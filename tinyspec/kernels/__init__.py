@@ -1,0 +1,11 @@
+"""Triton kernels, one file per kernel.
+
+- `tree_attention`: attention of a token tree over a cached prefix, split across programs
+  (flash-decoding) and masked by one ancestor bitmask per tree token.
+
+Import the module itself (`from tinyspec.kernels import tree_attention`); nothing is imported
+here, so `import tinyspec.kernels` does not need Triton. To run the kernels on a CPU, set
+`TRITON_INTERPRET=1` before `triton` is first imported: Triton decides when a function is
+defined with `@triton.jit` (its own helpers included) whether it compiles it for the GPU or
+runs it in its interpreter.
+"""

@@ -1,0 +1,243 @@
+"""The GPT-2 architecture (Radford et al. 2019), written to be read top to bottom.
+
+Pre-LayerNorm transformer blocks, learned position embeddings, GELU with the tanh
+approximation, biases everywhere, and an LM head tied to the token embedding: exactly GPT-2,
+so Hugging Face GPT-2 checkpoints load here (`GPT.from_hf`) and ours load there (`to_hf`).
+
+Two things differ from a training-only GPT, and both exist for speculative decoding:
+- `forward` takes the *position* of every input token explicitly and an optional boolean
+  `mask` over the new tokens. A token tree (Medusa, `tree.py`) is fed as one batch whose tokens
+  sit at positions L + depth and may only see their ancestors.
+- with a `KVCache` the new tokens attend to everything already cached, and their keys/values
+  are appended to it. The forward returns the final hidden states as well as the logits,
+  because Medusa's heads predict from the hidden state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .files import atomic_save_tensors, atomic_write_json, read_tensors
+from .kvcache import KVCache
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 8192
+    n_ctx: int = 512  # longest sequence (number of learned positions)
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    layer_norm_eps: float = 1e-5
+
+
+# Model sizes by name. vocab_size is set from the tokenizer when a model is trained.
+PRESETS = {
+    "target": GPTConfig(n_layer=6, n_head=6, n_embd=384),  # 14.0M parameters; for a GPU
+    "small": GPTConfig(n_layer=6, n_head=4, n_embd=256),  # 7.0M; trainable on a CPU in hours
+    "draft": GPTConfig(n_layer=2, n_head=2, n_embd=128),  # 1.5M; two layers, so it can learn to copy from context
+    "tiny": GPTConfig(n_ctx=64, n_layer=2, n_head=2, n_embd=32),  # for tests: trains in seconds
+}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads at once
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, layer: int, cache: KVCache | None, attn_mask: torch.Tensor | None,
+                tree_bits: torch.Tensor | None = None):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H, L + T, D): the cached prefix, then these T
+        if tree_bits is not None:  # the Triton kernel: prefix + packed tree mask (kernels/tree_attention.py)
+            from .kernels.tree_attention import tree_attention  # triton is imported only when asked for
+            y = tree_attention(q, k, v, tree_bits)
+        else:  # attn_mask None means "causal over a sequence that starts at slot 0" (training, prefill)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None and T > 1)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, layer, cache, attn_mask, tree_bits=None):
+        x = x + self.attn(self.ln_1(x), layer, cache, attn_mask, tree_bits)  # pre-LN: normalise, then add back
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.n_ctx, config.n_embd),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        self.attn_impl = "torch"  # "triton": tree-masked attention by the Triton kernel (set_attention)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2 n_layer)
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def set_attention(self, impl: str) -> "GPT":
+        """'torch' (SDPA with a dense mask, the reference) or 'triton' (the tree-attention kernel,
+        used whenever a tree mask is given; needs a GPU or TRITON_INTERPRET=1 before triton loads)."""
+        if impl not in ("torch", "triton"):
+            raise ValueError(f"attention must be 'torch' or 'triton', got {impl!r}")
+        if impl == "triton":
+            import tinyspec.kernels.tree_attention  # noqa: F401  (fail here, not mid-generation, without triton)
+        self.attn_impl = impl
+        return self
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # the tied head is counted once
+
+    def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states (B, T, C) of tokens `idx` (B, T).
+
+        positions: (T,) or (B, T) absolute positions; default: the next T after the cache.
+        cache: if given, attend to its L valid slots too, and append these T tokens to it.
+        mask: (T, T) bool, True where new token i may attend to new token j; default causal.
+            Every new token always sees the whole cached prefix."""
+        B, T = idx.shape
+        L = cache.length if cache is not None else 0
+        if positions is None:
+            if L + T > self.config.n_ctx:
+                raise ValueError(f"{L + T} tokens exceed the model's context of {self.config.n_ctx}")
+            positions = torch.arange(L, L + T, device=idx.device)
+        attn_mask = tree_bits = None  # None: plain causal from slot 0 (see CausalSelfAttention)
+        if mask is not None and self.attn_impl == "triton":
+            from .kernels.tree_attention import pack_tree_mask
+            tree_bits = pack_tree_mask(mask)  # one 32-bit word per 32 tree tokens, instead of a (T, L + T) mask
+        elif mask is not None or (L > 0 and T > 1):
+            new = mask if mask is not None else torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            attn_mask = torch.cat([torch.ones(T, L, dtype=torch.bool, device=idx.device), new], dim=1)  # (T, L + T)
+        x = self.transformer.wte(idx) + self.transformer.wpe(positions)
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, layer, cache, attn_mask, tree_bits)
+        if cache is not None:
+            cache.advance(T)
+        return self.transformer.ln_f(x)
+
+    def forward(self, idx, positions=None, cache=None, mask=None):
+        """Returns (logits (B, T, vocab), hidden (B, T, C)); arguments as in `hidden`."""
+        h = self.hidden(idx, positions, cache, mask)
+        return self.lm_head(h), h
+
+    # ---- checkpoints: the Hugging Face GPT-2 layout, in safetensors -------------------------
+
+    # HF's GPT-2 stores these as Conv1D, i.e. (in, out): the transpose of nn.Linear's weight.
+    _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Our weights under HF GPT-2 names; the tied lm_head is left out, as HF does."""
+        sd = {}
+        for name, t in self.state_dict().items():
+            if name == "lm_head.weight":
+                continue
+            sd[name] = (t.t() if name.endswith(self._CONV1D) else t).contiguous()
+        return sd
+
+    def save(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
+        """One safetensors file (HF GPT-2 tensor names) with our config in its metadata, written
+        atomically. `GPT.from_hf(path)` loads it back."""
+        sd = {k: v.to(dtype) if dtype else v for k, v in self.hf_state_dict().items()}
+        atomic_save_tensors(sd, path, {"config": json.dumps(asdict(self.config))})
+
+    def to_hf(self, directory: str | Path, eos_token_id: int | None = None) -> None:
+        """Write `config.json` + `model.safetensors` that transformers' GPT2LMHeadModel loads."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        c = self.config
+        eos = c.vocab_size - 1 if eos_token_id is None else eos_token_id
+        hf = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=c.vocab_size,
+                  n_positions=c.n_ctx, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head, n_inner=None,
+                  layer_norm_epsilon=c.layer_norm_eps, activation_function="gelu_new",
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
+                  bos_token_id=eos, eos_token_id=eos)
+        self.save(d / "model.safetensors")
+        atomic_write_json(d / "config.json", hf)
+
+    @classmethod
+    def from_hf(cls, path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> "GPT":
+        """Load a GPT-2 checkpoint in the HF layout: a directory with config.json and
+        model.safetensors, or a .safetensors file whose metadata (ours) or sibling
+        config.json gives the config. dtype: default is the stored dtype."""
+        path = Path(path)
+        file = path / "model.safetensors" if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"no checkpoint at {file}")
+        meta, sd = read_tensors(file)
+        if "config" in meta:
+            config = GPTConfig(**json.loads(meta["config"]))
+        elif (file.parent / "config.json").is_file():
+            config = config_from_hf(json.loads((file.parent / "config.json").read_text()))
+        else:
+            raise ValueError(f"{file} has no config: put the model's config.json beside it")
+        model = cls(config)
+        ours = {}
+        for name, t in sd.items():
+            name = name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name  # bare GPT2Model
+            if name.endswith((".attn.bias", ".attn.masked_bias")):  # old HF causal-mask buffers
+                continue
+            ours[name] = t.t() if name.endswith(cls._CONV1D) else t
+        head = ours.pop("lm_head.weight", None)
+        if head is not None and not torch.equal(head, ours["transformer.wte.weight"]):
+            raise ValueError(f"{file}: lm_head differs from the token embedding; tinyspec needs a tied head")
+        missing, unexpected = model.load_state_dict(ours, strict=False)
+        missing = [m for m in missing if m != "lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(f"{file} does not match the GPT-2 layout: missing {missing}, unexpected {unexpected}")
+        return model.to(device=device, dtype=dtype or next(iter(sd.values())).dtype)
+
+
+def config_from_hf(hf: dict) -> GPTConfig:
+    """GPTConfig from a transformers GPT2Config dict; refuses variants we do not implement."""
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ValueError(f"model_type {hf.get('model_type')!r} is not gpt2")
+    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"activation {hf['activation_function']!r} is not GPT-2's tanh GELU")
+    if hf.get("n_inner") not in (None, 4 * hf["n_embd"]) or hf.get("scale_attn_by_inverse_layer_idx"):
+        raise ValueError("this GPT-2 variant (n_inner or attention scaling) is not supported")
+    return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
+                     n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                     layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))

@@ -1,0 +1,77 @@
+"""The same weights in Hugging Face transformers: the comparison a user makes before choosing us.
+
+`GPT.to_hf` exports the target (and the draft) as GPT-2 checkpoints; `GPT2LMHeadModel.generate`
+then decodes the same prompts plainly and with assisted generation (`assistant_model=`, its
+draft-model speculative decoding). They run on the same device and dtype as tinyspec, get the
+same warm-up and the median of the same number of passes, generate exactly as many tokens (no
+stop token), and at temperature 0 must write the same tokens as tinyspec's greedy decoding,
+which `matches_tinyspec` reports.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import torch
+
+from .decoding import run
+from .sampling import Sampling
+
+
+def export(model, directory: str):
+    """`model` as a transformers GPT2LMHeadModel on the same device and dtype, in eval mode."""
+    import transformers
+
+    model.to_hf(directory)
+    w = model.lm_head.weight
+    hf = transformers.GPT2LMHeadModel.from_pretrained(directory, dtype=w.dtype).to(w.device).eval()
+    hf.generation_config.eos_token_id = None  # never stop early: every method writes the same count
+    hf.generation_config.pad_token_id = model.config.vocab_size - 1
+    return hf
+
+
+@torch.no_grad()
+def generate_all(hf, prompts, max_new_tokens: int, temperature: float, seed: int, assistant=None):
+    """(token lists, wall seconds) of one pass of `hf.generate` over the prompts."""
+    device = hf.device
+    outs, t0 = [], time.perf_counter()
+    for i, prompt in enumerate(prompts):
+        torch.manual_seed(seed + i)
+        x = torch.tensor([prompt], device=device)
+        kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+        y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, assistant_model=assistant,
+                        **kwargs)
+        outs.append(y[0, len(prompt):].tolist())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return outs, time.perf_counter() - t0
+
+
+def huggingface_rows(runner, prompts: dict, temperatures, repeats: int) -> list[dict]:
+    """Rows 'hf' (plain generate) and 'hf-assisted' (with the draft), per temperature and category,
+    with tinyspec's ar and draft speed relative to them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = export(runner.target, f"{tmp}/target")
+        assistant = export(runner.draft, f"{tmp}/draft") if runner.draft is not None else None
+        first = next(iter(prompts.values()))[:1]
+        generate_all(hf, first, runner.max_new, temperatures[0], runner.seed)  # warm-up
+        if assistant is not None:
+            generate_all(hf, first, runner.max_new, temperatures[0], runner.seed, assistant)
+        rows = []
+        for temperature in temperatures:
+            for category, batch in prompts.items():
+                greedy_ours = [run(runner.steps(("ar", ""), p, Sampling(0.0), None), runner.max_new).token_ids
+                               for p in batch] if temperature == 0 else None
+                for name, helper in (("hf", None), ("hf-assisted", assistant)):
+                    if name == "hf-assisted" and helper is None:
+                        continue
+                    passes = [generate_all(hf, batch, runner.max_new, temperature, runner.seed, helper) for _ in range(repeats)]
+                    new_tokens = sum(map(len, passes[0][0]))
+                    row = {"method": name, "temperature": temperature, "category": category,
+                           "tokens_per_s": round(statistics.median(new_tokens / s for _, s in passes), 2)}
+                    if greedy_ours is not None:
+                        row["matches_tinyspec"] = sum(a == b for a, b in zip(passes[0][0], greedy_ours)) / len(batch)
+                    rows.append(row)
+        return rows

@@ -1,0 +1,67 @@
+"""Figures of a benchmark run (`python -m tinyspec.bench --plot DIR`), drawn with matplotlib.
+
+matplotlib is optional (`pip install -e ".[plot]"`): without it the benchmark says so and
+writes no figures. Every figure is drawn from the rows the same run measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
+    """speedup_vs_k.png, tau_vs_temperature.png and predicted_vs_measured.png; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+
+    categories = sorted({r["category"] for r in rows})
+    drafts = [r for r in rows if r["method"].startswith("draft:") and r["method"] != "draft:auto"]
+    if drafts:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for t in sorted({r["temperature"] for r in drafts}):
+            for c in categories:
+                pts = sorted((int(r["method"][6:]), r["speedup"]) for r in drafts if r["temperature"] == t and r["category"] == c)
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=f"{c}, T={t:g}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set(xlabel="k (tokens proposed per step)", ylabel="speedup over ar", title="Draft model: speedup vs k")
+        ax.legend(fontsize=7)
+        save(fig, "speedup_vs_k.png")
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for method in sorted({r["method"] for r in rows if r["method"] != "ar"}):
+        pts = {}
+        for r in rows:
+            if r["method"] == method:
+                pts.setdefault(r["temperature"], []).append(r["tau"])
+        xs = sorted(pts)
+        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=method)
+    ax.set(xlabel="temperature", ylabel="tau (tokens per target forward)", title="Tokens per target forward")
+    ax.legend(fontsize=7)
+    save(fig, "tau_vs_temperature.png")
+
+    predicted = [r for r in rows if r.get("predicted_speedup") is not None]
+    if predicted:
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        for method in sorted({r["method"] for r in predicted}):
+            sel = [r for r in predicted if r["method"] == method]
+            ax.scatter([r["predicted_speedup"] for r in sel], [r["speedup"] for r in sel], label=method)
+        top = max(max(r["predicted_speedup"], r["speedup"]) for r in predicted) * 1.1
+        ax.plot([0, top], [0, top], color="grey", lw=0.8)
+        ax.set(xlabel="predicted speedup", ylabel="measured speedup", xlim=(0, top), ylim=(0, top),
+               title="Predicted vs measured")
+        ax.legend(fontsize=7)
+        save(fig, "predicted_vs_measured.png")
+    return written

@@ -1,0 +1,73 @@
+"""From logits to the distribution we sample from.
+
+Speculative sampling compares two distributions token by token (accept x with probability
+min(1, p(x) / q(x))), so every decoding rule here returns the *processed distribution*, not a
+sample: `probs(logits, ...)` applies, in this order (the order of Hugging Face's generate),
+
+1. temperature: softmax(logits / T); T = 0 means greedy and gives a one-hot at the argmax,
+2. top-k: keep the k most likely tokens (ties with the k-th are kept too),
+3. top-p (nucleus, Holtzman et al. 2019): keep the smallest set of most likely tokens whose
+   mass reaches top_p,
+
+then renormalises. Greedy as a one-hot distribution means the speculative algorithms need no
+special case: with one-hot p and q, min(1, p(x) / q(x)) is 1 exactly when the draft's token is
+the target's argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def check_params(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> None:
+    """Raise ValueError (naming the fix) for out-of-range sampling settings."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top-k must be at least 1 (or unset), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top-p must be in (0, 1] (or unset), got {top_p}")
+
+
+def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+          top_p: float | None = None) -> torch.Tensor:
+    """Processed next-token distribution over the last dim of `logits` (..., V), in float32."""
+    logits = logits.float()
+    # BEGIN SOLUTION sampling: return the processed distribution: temperature (0 = one-hot argmax), then top-k, then top-p, renormalised
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    p = torch.softmax(logits, dim=-1)
+    if top_p is not None and top_p < 1:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of the more likely tokens
+        sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)  # the first token always stays
+        p = torch.zeros_like(p).scatter(-1, order, sorted_p)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+    # END SOLUTION
+
+
+def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row of a distribution (..., V); returns (...) long."""
+    flat = p.reshape(-1, p.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
+
+
+@dataclass
+class Sampling:
+    """How a token is chosen from logits (see sampling.py); temperature 0 is greedy."""
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return probs(logits, self.temperature, self.top_k, self.top_p)
+
+    def check(self) -> None:
+        check_params(self.temperature, self.top_k, self.top_p)

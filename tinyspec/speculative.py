@@ -1,0 +1,160 @@
+"""Speculative decoding with a draft model: Leviathan, Kalman & Matias 2022 (arXiv:2211.17192)
+and Chen et al. 2023 (arXiv:2302.01318), in Leviathan's notation.
+
+p is the target's distribution, q the draft's (both after the same temperature / top-k / top-p
+processing, `sampling.py`); gamma is called k here. One step:
+
+1. the draft proposes k tokens x_1..x_k, each sampled from its own q_i = q(. | prefix, x_<i);
+2. the target scores prefix + x_1..x_k in ONE forward pass, giving p_1..p_{k+1};
+3. left to right, x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i));
+4. at the first rejection, the target samples a correction from norm(max(0, p_i - q_i)) and
+   the rest of the proposal is dropped; if all k were accepted, a bonus token comes from p_{k+1}.
+
+Each step yields between 1 and k + 1 tokens for one target pass, and the tokens have exactly
+the target's distribution p (proved in Leviathan et al.'s appendix; derived in walkthrough.md).
+Greedy decoding needs no special case: with temperature 0, p and q are one-hot, so x_i is
+accepted iff it is the target's argmax, and the residual is the target's argmax.
+
+With acceptance rate alpha (the chance that a proposed token is accepted) and cost ratio c
+(one draft forward / one target forward), a step yields (1 - alpha^(k+1)) / (1 - alpha) tokens
+on average and costs k c + 1 target forwards: the expected speedup (Leviathan, Theorem 3.8)
+is (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)). `AdaptiveK` picks k to maximise it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from .decoding import BONUS, CORRECTION, DRAFT, TARGET, Step
+from .kvcache import KVCache
+from .model import GPT
+from .sampling import Sampling, sample
+from .timing import median_seconds
+
+
+def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, drafts: torch.Tensor,
+                       generator: torch.Generator | None) -> tuple[int, torch.Tensor, str]:
+    """The acceptance rule (Leviathan et al. Algorithm 1, Chen et al. Algorithm 2).
+
+    target_probs (k + 1, V): p at each proposed position and one beyond; draft_probs (k, V): the
+    q each proposal was sampled from; drafts (k,). Returns (n accepted, next token, its kind)."""
+    # BEGIN SOLUTION speculative: accept x_i while r_i < p_i(x_i) / q_i(x_i); at the first rejection sample from norm(max(0, p - q)), else a bonus token from p_(k+1)
+    p, q, k = target_probs, draft_probs, drafts.numel()
+    i = torch.arange(k, device=p.device)
+    r = torch.rand(k, device=p.device, generator=generator)
+    accepted = r * q[i, drafts] < p[i, drafts]  # r < p(x) / q(x), without dividing; q(x) > 0
+    n = int(accepted.long().cumprod(0).sum())  # accepted before the first rejection (a host sync)
+    if n == k:
+        return n, sample(p[k], generator), BONUS
+    residual = (p[n] - q[n]).clamp(min=0)  # norm(max(0, p - q)): what p has that q over-proposed
+    if residual.sum() <= 0:  # only by rounding, when p == q (then rejection has probability 0)
+        residual = p[n]
+    return n, sample(residual / residual.sum(), generator), CORRECTION
+    # END SOLUTION
+
+
+@torch.no_grad()
+def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
+                max_len: int, k: int | AdaptiveK = 4, caches: tuple[KVCache, KVCache] | None = None) -> Iterator[Step]:
+    """Draft-model speculative decoding; yields one `Step` per target forward pass.
+
+    Both models keep their own KV cache. Every token of `seq` (prompt + output) is fed to each
+    model exactly once: each forward starts with the tokens that model has not seen yet (the
+    whole prompt the first time, then usually the last correction/bonus token; the draft also
+    catches up on the last proposal after a fully accepted step, and on every token of steps
+    where AdaptiveK chose not to draft). Rejected proposals are cut from both caches with
+    `truncate`, so each cache always holds a prefix of `seq`, as plain decoding would build it.
+    `caches` (target's, draft's; empty) lets a caller look inside them afterwards."""
+    device = target.lm_head.weight.device
+    t_cache, d_cache = caches or (KVCache.for_model(target, max_len), KVCache.for_model(draft, max_len))
+    policy = k if isinstance(k, AdaptiveK) else None
+    seq = list(prompt)
+    while len(seq) <= max_len:  # the target must still be able to read all of seq
+        k_step = min(policy.choose() if policy else k, max_len - len(seq))
+        # 1. the draft proposes k tokens, one forward each
+        unseen = torch.tensor([seq[d_cache.length:]], device=device)
+        drafts, qs = [], []
+        for _ in range(k_step):
+            logits, _ = draft(unseen, cache=d_cache)
+            qs.append(sampling.probs(logits[0, -1]))  # (V,)
+            drafts.append(sample(qs[-1], generator))
+            unseen = drafts[-1].view(1, 1)
+        # 2. the target scores the unseen tokens and all proposals in one forward
+        new = torch.tensor(seq[t_cache.length:], device=device)
+        x = torch.cat([new, *[d.view(1) for d in drafts]]).view(1, -1)
+        logits, _ = target(x, cache=t_cache)
+        p = sampling.probs(logits[0, -(k_step + 1):])  # (k + 1, V)
+        # 3. accept or reject, left to right
+        drafts = torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=device)
+        q = torch.stack(qs) if qs else p[:0]
+        n, token, kind = accept_or_resample(p, q, drafts, generator)
+        # 4. roll both caches back to exactly the accepted tokens
+        accepted = drafts[:n].tolist()
+        t_cache.truncate(len(seq) + n)
+        d_cache.truncate(min(d_cache.length, len(seq) + n))
+        if policy:
+            policy.update(n, rejected=kind == CORRECTION)
+        seq += accepted + [int(token)]
+        yield Step(accepted + [int(token)], [DRAFT] * n + [kind if k_step else TARGET], proposed=k_step)
+
+
+class AdaptiveK:
+    """Choose k each step from the running acceptance rate and the measured cost ratio.
+
+    alpha is estimated from the recent steps (counts decay by `decay` per step, so the estimate
+    follows the text: code is easier to guess than prose). Each step evaluates n accepted
+    proposals plus one rejected one (if any), so alpha = accepted / evaluated. k = 0 means plain
+    decoding; then every `probe_every` steps one token is proposed anyway, to keep alpha fresh."""
+
+    def __init__(self, cost_ratio: float, k_max: int = 8, decay: float = 0.9, probe_every: int = 8):
+        self.c, self.k_max, self.decay, self.probe_every = cost_ratio, k_max, decay, probe_every
+        self.accepted, self.evaluated = 1.0, 2.0  # prior: alpha = 0.5
+        self.steps_without_drafting = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.evaluated
+
+    def choose(self) -> int:
+        k = best_k(self.alpha, self.c, self.k_max)
+        if k == 0:
+            self.steps_without_drafting += 1
+            if self.steps_without_drafting % self.probe_every == 0:
+                return 1
+        return k
+
+    def update(self, n_accepted: int, rejected: bool) -> None:
+        self.accepted = self.decay * self.accepted + n_accepted
+        self.evaluated = self.decay * self.evaluated + n_accepted + rejected
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens per step: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)."""
+    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def expected_speedup(alpha: float, c: float, k: int) -> float:
+    """Leviathan et al. Theorem 3.8: tokens per step over the step's cost in target forwards."""
+    return expected_tokens(alpha, k) / (k * c + 1)
+
+
+def best_k(alpha: float, c: float, k_max: int) -> int:
+    """The k in 0..k_max with the largest expected speedup (k = 0 is plain decoding, speedup 1)."""
+    return max(range(k_max + 1), key=lambda k: expected_speedup(alpha, c, k))
+
+
+@torch.no_grad()
+def cost_ratio(target: GPT, draft: GPT, context: int = 64, repeats: int = 20) -> float:
+    """c: the median time of one single-token draft forward over one target forward, each with
+    `context` tokens in its cache (fewer if the context window is shorter), after a warm-up."""
+    def forward_time(model: GPT) -> float:
+        device = model.lm_head.weight.device
+        n = min(context, model.config.n_ctx - 1)
+        cache = KVCache.for_model(model, n + 1)
+        model(torch.zeros(1, n, dtype=torch.long, device=device), cache=cache)
+        x = torch.zeros(1, 1, dtype=torch.long, device=device)
+        # every timed forward sees the same n cached tokens
+        return median_seconds(lambda: model(x, cache=cache), device, repeats, setup=lambda: cache.truncate(n))
+    return forward_time(draft) / forward_time(target)

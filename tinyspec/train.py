@@ -1,0 +1,379 @@
+"""Training: `python -m tinyspec.train tokenizer|gpt ...`.
+
+    python -m tinyspec.train tokenizer                 # BPE merges -> weights/tokenizer.tiktoken
+    python -m tinyspec.train gpt --preset small        # a GPT on the stdlib corpus
+    python -m tinyspec.train gpt --preset tiny --steps 50 --out /tmp/tiny.safetensors
+    python -m tinyspec.train gpt --preset draft --distill-from weights/target.safetensors
+    python -m tinyspec.train medusa                    # heads for the shipped target
+
+A GPT is trained like nanoGPT: random windows of the token file, AdamW (beta2 0.95, weight
+decay on matrices only), linear warm-up then cosine decay to 10% of the peak learning rate,
+gradient clipping at 1.0, bf16 autocast on a GPU. Every `--eval-every` steps it measures the
+validation loss and saves a checkpoint (model, optimizer, data-sampler state) in `--run-dir`,
+from which `--resume` continues exactly. At the end the weights go to `--out` and a model card
+(`--out` with .md) records what was trained, on what, for how long, and how well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from . import data
+from .cli import WEIGHTS, ArgumentParser, die, pick_device
+from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
+from .model import GPT, PRESETS
+from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
+
+
+# ---- tokenizer ------------------------------------------------------------------------------
+
+def train_tokenizer(args) -> None:
+    texts = data.corpus("train", args.text)
+    print(f"counting chunks in {len(texts)} documents ({sum(map(len, texts)) / 1e6:.1f}M characters)")
+    counts = None
+    for t in tqdm(texts, desc="pre-tokenizing"):
+        counts = count_chunks(t, counts=counts)
+    t0 = time.time()
+    ranks = train_bpe(counts, args.vocab_size - 1, progress=True)  # the last id is <|endoftext|>
+    save_ranks(ranks, args.out)
+    print(f"{len(ranks)} tokens + <|endoftext|> learned in {time.time() - t0:.0f}s -> {args.out}")
+
+
+# ---- GPT ------------------------------------------------------------------------------------
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay from `peak` to peak/10 at `total`."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings
+    rest = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+@torch.no_grad()
+def evaluate(model: GPT, tokens: data.TokenFile, args, device, autocast) -> float:
+    """Mean validation loss over `args.eval_batches` fixed windows (same windows every time)."""
+    model.eval()
+    g = torch.Generator().manual_seed(1234)
+    losses = []
+    for _ in range(args.eval_batches):
+        x, y = (t.to(device) for t in tokens.batch(args.batch_size, args.block_size, g))
+        with autocast:
+            logits, _ = model(x)
+        losses.append(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
+    """Model, optimizer moments and sampler RNG as safetensors, the rest as JSON, all in a new
+    directory `step-NNNNNN`; then the file `latest` is switched to it (atomically) and older
+    checkpoints are removed. A crash at any moment leaves `latest` naming a complete one."""
+    ckpt = run_dir / f"step-{state['step']:06d}"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    model.save(ckpt / "model.safetensors")
+    moments = {f"{i}.{name}": t for i, s in opt.state_dict()["state"].items() for name, t in s.items()}
+    moments["data_rng"] = data_rng.get_state()
+    atomic_save_tensors({k: v.contiguous() for k, v in moments.items()}, ckpt / "optimizer.safetensors")
+    atomic_write_json(ckpt / "state.json", state)
+    atomic_write_text(run_dir / "latest", ckpt.name + "\n")
+    for old in run_dir.glob("step-*"):
+        if old != ckpt:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The directory of the last complete checkpoint in run_dir, if any."""
+    pointer = run_dir / "latest"
+    return run_dir / pointer.read_text().strip() if pointer.is_file() else None
+
+
+def load_checkpoint(ckpt: Path, model, opt, data_rng, device) -> dict:
+    from safetensors.torch import load_file
+
+    state = json.loads((ckpt / "state.json").read_text())
+    model.load_state_dict(GPT.from_hf(ckpt / "model.safetensors").state_dict())
+    moments = load_file(ckpt / "optimizer.safetensors")
+    data_rng.set_state(moments.pop("data_rng"))
+    opt_state = {}
+    for key, t in moments.items():
+        i, name = key.split(".", 1)
+        opt_state.setdefault(int(i), {})[name] = t if name == "step" else t.to(device)
+    opt.load_state_dict({"state": opt_state, "param_groups": opt.state_dict()["param_groups"]})
+    return state
+
+
+def train_gpt(args) -> None:
+    device = pick_device(args.device)
+    enc = load_tokenizer(args.tokenizer)
+    overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
+    config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
+    if config.n_embd % config.n_head:
+        die(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
+    args.block_size = min(args.block_size or config.n_ctx, config.n_ctx)
+    torch.manual_seed(args.seed)
+    model = GPT(config).to(device)
+    opt = make_optimizer(model, args.lr, args.weight_decay)
+    data_rng = torch.Generator().manual_seed(args.seed)
+    run_dir = Path(args.run_dir or f"runs/{args.preset}")
+    step, tokens_seen, history, seconds_before = 0, 0, [], 0.0
+    if args.resume:
+        if latest_checkpoint(run_dir) is None:
+            die(f"--resume: no checkpoint in {run_dir} (its file 'latest' names the last one)")
+        state = load_checkpoint(latest_checkpoint(run_dir), model, opt, data_rng, device)
+        if state["config"] != asdict(config):
+            die(f"--resume: the checkpoint in {run_dir} has a different model config; drop --resume or change --run-dir")
+        step, tokens_seen, history = state["step"], state["tokens_seen"], state["history"]
+        seconds_before = state.get("train_seconds", 0.0)
+        print(f"resuming from step {step} ({tokens_seen / 1e6:.1f}M tokens seen)")
+
+    teacher = None
+    if args.distill_from:  # knowledge distillation (Hinton et al. 2015): learn the teacher's p, not the corpus
+        teacher = GPT.from_hf(args.distill_from, device=device, dtype=torch.float32).eval().requires_grad_(False)
+        if teacher.config.vocab_size != config.vocab_size:
+            die(f"--distill-from {args.distill_from}: vocabulary {teacher.config.vocab_size} differs from the tokenizer's {config.vocab_size}")
+    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
+    meta = json.loads((data_path / "meta.json").read_text())
+    train_tokens, val_tokens = data.TokenFile(data_path / "train.bin"), data.TokenFile(data_path / "val.bin")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16 or device.type == "cuda")
+    step_fn = torch.compile(model) if args.compile else model  # compile only the step; `model` stays plain
+    tokens_per_step = args.batch_size * args.block_size
+    print(f"{args.preset}: {model.num_params() / 1e6:.2f}M parameters, {args.steps} steps x {tokens_per_step} tokens "
+          f"on {device} (train split: {meta['train']['tokens'] / 1e6:.1f}M tokens)")
+
+    def checkpoint(val_loss):
+        history.append({"step": step, "tokens_seen": tokens_seen, "val_loss": round(val_loss, 4)})
+        save_checkpoint(run_dir, model, opt, data_rng, {"step": step, "tokens_seen": tokens_seen,
+                        "config": asdict(config), "history": history, "args": vars(args),
+                        "train_seconds": round(seconds_before + time.time() - t_start, 1)})
+
+    t_start, deadline = time.time(), time.time() + 60 * args.max_minutes if args.max_minutes else None
+    bar = tqdm(total=args.steps, initial=step, desc="training", dynamic_ncols=True)
+    model.train()
+    while step < args.steps:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        x, y = (t.to(device, non_blocking=True) for t in train_tokens.batch(args.batch_size, args.block_size, data_rng))
+        t0 = time.time()
+        with autocast:
+            logits, _ = step_fn(x)
+            if teacher is not None:
+                with torch.no_grad():
+                    target_probs = torch.softmax(teacher(x)[0].float(), -1)
+        if teacher is None:
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        else:  # cross-entropy against the teacher's distribution = KL(p_teacher || q_student) + const
+            loss = -(target_probs * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step, tokens_seen = step + 1, tokens_seen + tokens_per_step
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / (time.time() - t0):.0f}")
+        out_of_time = deadline is not None and time.time() > deadline
+        if step % args.eval_every == 0 or step == args.steps or out_of_time:
+            val = evaluate(model, val_tokens, args, device, autocast)
+            bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+            checkpoint(val)
+        if out_of_time:
+            bar.write(f"--max-minutes {args.max_minutes} reached at step {step}; --resume continues")
+            break
+    bar.close()
+    out = Path(args.out or run_dir / "final.safetensors")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out, dtype=torch.bfloat16 if args.save_dtype == "bfloat16" else None)
+    write_card(out.with_suffix(".md"), args, config, model, meta, history, device,
+               seconds_before + time.time() - t_start)
+    print(f"saved {out} and its model card {out.with_suffix('.md')}")
+
+
+def shown(path) -> str:
+    """A path as a card should print it: relative to the project when inside it (cards travel)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
+
+
+def write_card(path: Path, args, config, model, meta, history, device, seconds: float) -> None:
+    """The model card: what this checkpoint is and how to make it again (figures from this run)."""
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s))"
+    last = history[-1] if history else {"tokens_seen": 0, "val_loss": float("nan"), "step": 0}
+    flags = " ".join(a for a in sys.argv[1:] if a != "--resume")
+    curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} |" for h in history)
+    atomic_write_text(path, f"""# {path.stem}
+
+- preset: `{args.preset}` {json.dumps(asdict(config))}
+- parameters: {model.num_params() / 1e6:.2f}M ({model.num_params():,}; the LM head is tied to the token embedding)
+- data: Python {platform.python_version()} standard library, train split ({meta['train']['documents']} modules,
+  {meta['train']['tokens'] / 1e6:.1f}M tokens{', plus --text ' + ', '.join(args.text) if args.text else ''}); validation:
+  {meta['val']['documents']} held-out modules, {meta['val']['tokens'] / 1e6:.2f}M tokens (see `tinyspec/data.py`)
+- objective: {'distillation from `' + args.distill_from + '`: cross-entropy against its next-token distributions' if args.distill_from else 'next-token cross-entropy on the corpus'}
+- trained on: {where}, {seconds / 60:.0f} minutes (resumed runs summed), bf16 autocast: {args.bf16 or device.type == 'cuda'}
+- steps: {last['step']} of batch {args.batch_size} x {args.block_size} tokens; tokens seen: {last['tokens_seen'] / 1e6:.1f}M
+- final validation loss: {last['val_loss']:.3f} nats/token
+- stored as: {args.save_dtype}, Hugging Face GPT-2 tensor names (`GPT.from_hf`, `model.to_hf`)
+
+Reproduce: `python -m tinyspec.train {flags}`
+
+| step | tokens seen | validation loss |
+|---|---|---|
+{curve}
+""")
+
+
+# ---- Medusa heads ---------------------------------------------------------------------------
+
+def train_medusa(args) -> None:
+    from . import medusa, tree
+
+    device = pick_device(args.device)
+    enc = load_tokenizer(args.tokenizer)
+    if not Path(args.target).is_file():
+        die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
+    target = GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
+    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    width = args.prompt_len + args.gen_len
+
+    def distilled(split: str, n: int, temperatures: list[float]) -> np.ndarray:
+        """Self-distilled sequences, generated once and cached in the run directory."""
+        path = run_dir / f"selfdistill-{split}-{medusa.fingerprint(target)}-{n}x{width}.bin"
+        if path.is_file():
+            return np.fromfile(path, dtype=np.uint16).reshape(-1, width)
+        tokens = data.TokenFile(data_path / f"{split}.bin")
+        parts = [medusa.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
+                                     args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
+        seqs = np.concatenate(parts)
+        seqs.tofile(path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+        return seqs
+
+    train_seqs = distilled("train", args.sequences, [0.0, 1.0])  # greedy and sampled continuations
+    heldout = distilled("val", max(16, args.sequences // 32), [0.0])
+    heads = medusa.MedusaHeads(target.config.n_embd, args.heads).to(device)
+    losses = medusa.train_heads(target, heads, train_seqs, args.prompt_len, args.steps, args.batch_size, args.lr,
+                                args.seed, window=args.window)
+    heads.accuracy = medusa.head_accuracy(target, heads, heldout, args.prompt_len)
+    heads.target_fingerprint = medusa.fingerprint(target)
+    out = Path(args.out)
+    heads.save(out)
+    acc = heads.accuracy
+    rows = "\n".join(f"| {i + 1} | {losses[i]:.3f} | {acc[i, 0]:.3f} | {acc[i, :5].sum():.3f} |" for i in range(heads.n_heads))
+    sizes = "\n".join(f"| {n} | {tree.from_accuracies(acc, n).max_depth} | {1 + tree.expected_accepted(tree.from_accuracies(acc, n), acc):.2f} |"
+                      for n in (8, 16, 32, 64))
+    atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
+
+- {heads.n_heads} Medusa heads (ResBlock + the target's shared, frozen LM head) for `{shown(args.target)}`
+  (fingerprint {heads.target_fingerprint}; loading them on another target is refused)
+- data: {len(train_seqs)} self-distilled sequences ({args.prompt_len}-token prompts from the stdlib train split, {args.gen_len}
+  tokens generated by the target, half greedy, half at temperature 1): {train_seqs.size / 1e6:.2f}M tokens
+- training: {args.steps} steps of {args.batch_size} sequences ({args.window}-position windows), AdamW lr {args.lr}, loss weights 0.8^i,
+  soft labels (the target's own next-token distributions)
+- held-out: {len(heldout)} greedy continuations of validation-split prompts
+
+| head (guesses x_t+1+i) | final train loss | top-1 accuracy | top-5 accuracy |
+|---|---|---|---|
+{rows}
+
+Accuracy = how often the head's guess is the target's greedy token, measured on held-out text.
+Trees built from these accuracies (`tree.from_accuracies`) and the tokens per target forward
+they promise if heads were right independently (1 + expected accepted nodes):
+
+| nodes | depth | predicted tau |
+|---|---|---|
+{sizes}
+
+Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
+""")
+    print(f"saved {out} and its card {out.with_suffix('.md')}; top-1 accuracy per head: {[round(a, 3) for a in acc[:, 0].tolist()]}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tinyspec.train", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+
+    tok = sub.add_parser("tokenizer", help="learn BPE merges from the stdlib train split")
+    tok.add_argument("--vocab-size", type=int, default=8192, help="tokens including <|endoftext|> (default 8192)")
+    tok.add_argument("--text", action="append", help="extra text file to learn from (repeatable)")
+    tok.add_argument("--out", default=str(WEIGHTS / "tokenizer.tiktoken"), help="ranks file to write")
+
+    g = sub.add_parser("gpt", help="train a GPT from a preset", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g.add_argument("--preset", choices=sorted(PRESETS), default="small", help="model size (see model.PRESETS)")
+    for field in ("n_layer", "n_head", "n_embd", "n_ctx"):
+        g.add_argument("--" + field.replace("_", "-"), type=int, dest=field, help=f"override the preset's {field}")
+    g.add_argument("--steps", type=int, default=20000, help="optimizer steps (the cosine schedule spans them)")
+    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--block-size", type=int, default=None, help="training window (default: n_ctx)")
+    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    g.add_argument("--warmup", type=int, default=200, help="warm-up steps")
+    g.add_argument("--weight-decay", type=float, default=0.1)
+    g.add_argument("--eval-every", type=int, default=500, help="validate and checkpoint every N steps")
+    g.add_argument("--eval-batches", type=int, default=20)
+    g.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
+    g.add_argument("--text", action="append", help="extra training text file (repeatable)")
+    g.add_argument("--distill-from", help="train on this teacher model's next-token distributions instead of "
+                   "the corpus tokens (a draft distilled from the target)")
+    g.add_argument("--data-dir", default="data", help="where token files are cached")
+    g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
+    g.add_argument("--out", help="final weights (default <run-dir>/final.safetensors); a .md model card goes beside")
+    g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
+    g.add_argument("--max-minutes", type=float, help="stop (and save) after this long; --resume continues")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too (always on for CUDA)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    g.add_argument("--seed", type=int, default=0)
+    m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    m.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
+    m.add_argument("--heads", type=int, default=4, help="number of heads K")
+    m.add_argument("--sequences", type=int, default=2048, help="self-distilled training sequences to generate")
+    m.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
+    m.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
+    m.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
+    m.add_argument("--steps", type=int, default=2000)
+    m.add_argument("--batch-size", type=int, default=16)
+    m.add_argument("--lr", type=float, default=1e-3)
+    m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
+    m.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
+    m.add_argument("--text", action="append", help=argparse.SUPPRESS)
+    m.add_argument("--data-dir", default="data", help="where token files are cached")
+    m.add_argument("--run-dir", default="runs/medusa", help="where self-distilled data is cached")
+    m.add_argument("--out", default=str(WEIGHTS / "medusa.safetensors"), help="the heads; a .md card goes beside")
+    m.add_argument("--device", default="auto")
+    m.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    for name in ("steps", "batch_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences", "gen_len", "prompt_len"):
+        if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
+            die(f"--{name.replace('_', '-')} must be at least 1")
+    try:
+        {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa}[args.what](args)
+    except (FileNotFoundError, ValueError) as e:
+        die(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Token trees: which continuations to verify in one target pass, and everything derived from them.
+
+A tree is a list of parent indices: `parents[i]` is the parent of node i, or -1 when node i is a
+child of the root. The root is the last accepted token (its token is already chosen); the nodes
+are guesses for the tokens after it, node i at depth d guessing the d-th next token. Nodes are
+in topological order (a parent before its children), so every path from the root has
+increasing node indices.
+
+For verification the target reads the root and all T nodes as one sequence of T + 1 tokens.
+Everything that pass needs is derived here, in one place, with the root as index 0 and node i
+as index i + 1:
+
+- `ancestor_mask` (T+1, T+1): token a may attend to token b iff b is a or one of its ancestors;
+- `depth` (T+1,): 0 for the root; a token at depth d sits at position L + d (L = cache length);
+- `paths` (leaves, max depth + 1): every root-to-leaf path of indices, padded with -1;
+- `parent_index` (T,): the index of each node's parent among the T + 1 tokens.
+
+Example: parents [-1, -1, 0, 0, 2] is the tree
+
+    root ─ 0 ─ 2 ─ 4          ancestor_mask (rows attend to columns):
+         │   └ 3                    r 0 1 2 3 4
+         └ 1                    r   1 . . . . .
+                                0   1 1 . . . .     depth = [0, 1, 1, 2, 2, 3]
+    (indices into the T + 1     1   1 . 1 . . .     paths = [[0, 2, -1, -1],   leaf 1
+     tokens: root = 0,          2   1 1 . 1 . .              [0, 1, 4, -1],    leaf 3
+     node i = i + 1)            3   1 1 . . 1 .              [0, 1, 3, 5]]     leaf 4
+                                4   1 1 . 1 . 1
+
+A Medusa tree is also a *choice list* (Cai et al. 2024): node i is described by the path of
+candidate ranks that leads to it, e.g. (0, 1) = "the best guess of head 1, then the second-best
+guess of head 2". `from_choices` turns such a list into parents and ranks; `from_accuracies`
+builds the list itself from measured head accuracies.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tree:
+    parents: tuple[int, ...]  # parents[i]: parent node of node i, -1 for a child of the root
+    ranks: tuple[int, ...]  # ranks[i]: node i's token is its head's ranks[i]-th best guess
+    ancestor_mask: torch.Tensor = field(init=False, repr=False, compare=False)
+    depth: torch.Tensor = field(init=False, repr=False, compare=False)
+    paths: torch.Tensor = field(init=False, repr=False, compare=False)
+    parent_index: torch.Tensor = field(init=False, repr=False, compare=False)  # (T,) parents + 1
+
+    def __post_init__(self):
+        check_parents(self.parents)
+        if len(self.ranks) != len(self.parents) or any(r < 0 for r in self.ranks):
+            raise ValueError("ranks must give one non-negative rank per node")
+        object.__setattr__(self, "ancestor_mask", ancestor_mask(self.parents))
+        object.__setattr__(self, "depth", depths(self.parents))
+        object.__setattr__(self, "paths", root_to_leaf_paths(self.parents))
+        object.__setattr__(self, "parent_index", torch.tensor(self.parents) + 1)
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    def children(self, index: int) -> list[int]:
+        """Indices (into the T + 1 tokens) of the children of token `index` (0 = root)."""
+        return [i + 1 for i, p in enumerate(self.parents) if p + 1 == index]
+
+    def to(self, device) -> "Tree":
+        """The same tree with its tensors on `device` (derived tensors are built on the CPU)."""
+        moved = Tree(self.parents, self.ranks)
+        for name in ("ancestor_mask", "depth", "paths", "parent_index"):
+            object.__setattr__(moved, name, getattr(self, name).to(device))
+        return moved
+
+
+def check_parents(parents) -> None:
+    if not parents:
+        raise ValueError("a tree needs at least one node")
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"parents[{i}] = {p}: each parent must be -1 (the root) or an earlier node")
+
+
+def depths(parents) -> torch.Tensor:
+    """(T+1,) depth of the root (0) and of every node (its parent's depth + 1)."""
+    # BEGIN SOLUTION tree: depth 0 for the root, then each node one deeper than its parent
+    d = [0]
+    for p in parents:
+        d.append(d[p + 1] + 1)
+    return torch.tensor(d)
+    # END SOLUTION
+
+
+def ancestor_mask(parents) -> torch.Tensor:
+    """(T+1, T+1) bool: row a is True at a itself and at every ancestor of a (the root included)."""
+    # BEGIN SOLUTION tree: row a True at a and at each ancestor of a, root included (index 0 = root, node i = i + 1)
+    n = len(parents) + 1
+    mask = torch.eye(n, dtype=torch.bool)
+    for i, p in enumerate(parents):  # topological order: the parent's row is already complete
+        mask[i + 1] |= mask[p + 1]
+    return mask
+    # END SOLUTION
+
+
+def root_to_leaf_paths(parents) -> torch.Tensor:
+    """(leaves, max depth + 1) long: each leaf's path from the root, padded with -1."""
+    # BEGIN SOLUTION tree: one root-to-leaf index path per leaf, in leaf order, padded with -1
+    has_child = {p for p in parents}
+    leaves = [i for i in range(len(parents)) if i not in has_child]
+    paths = []
+    for leaf in leaves:
+        path, node = [], leaf
+        while node != -1:
+            path.append(node + 1)
+            node = parents[node]
+        paths.append([0] + path[::-1])
+    width = max(map(len, paths))
+    return torch.tensor([p + [-1] * (width - len(p)) for p in paths])
+    # END SOLUTION
+
+
+def from_choices(choices) -> Tree:
+    """A tree from a Medusa choice list: each choice is the tuple of ranks along a node's path
+    from the root. Every proper prefix of a choice must be a choice too."""
+    choices = sorted({tuple(c) for c in choices}, key=lambda c: (len(c), c))  # parents first
+    index = {c: i for i, c in enumerate(choices)}
+    parents = []
+    for c in choices:
+        if not c:
+            raise ValueError("the empty choice is the root; list only the nodes below it")
+        if len(c) > 1 and c[:-1] not in index:
+            raise ValueError(f"choice {list(c)} has no parent {list(c[:-1])} in the list")
+        parents.append(index[c[:-1]] if len(c) > 1 else -1)
+    return Tree(tuple(parents), tuple(c[-1] for c in choices))
+
+
+def choices_of(tree: Tree) -> list[tuple[int, ...]]:
+    """The inverse of `from_choices`: each node's path of ranks."""
+    out = []
+    for p, r in zip(tree.parents, tree.ranks):
+        out.append((out[p] if p >= 0 else ()) + (r,))
+    return out
+
+
+def from_accuracies(accuracy: torch.Tensor, budget: int) -> Tree:
+    """The tree of `budget` nodes with the largest expected number of accepted tokens.
+
+    accuracy[d, r]: how often head d + 1's r-th best guess is the right token (measured on
+    held-out data). If heads are right independently, a node is accepted with probability
+    prod over its path of accuracy[depth - 1, rank], and the expected accepted length is the sum
+    of that over all nodes. A child is never more likely than its parent, so adding the most
+    likely node that is not yet in the tree, one at a time, gives the best tree for every
+    budget (Cai et al. 2024 build Medusa's optimised trees the same way)."""
+    heads, top = accuracy.shape
+    frontier = [(-float(accuracy[0, r]), (r,)) for r in range(top)]  # max-heap of candidate nodes
+    heapq.heapify(frontier)
+    chosen = []
+    while frontier and len(chosen) < budget:
+        neg_prob, choice = heapq.heappop(frontier)
+        chosen.append(choice)
+        if len(choice) < heads:  # its children become candidates
+            for r in range(top):
+                heapq.heappush(frontier, (neg_prob * float(accuracy[len(choice), r]), choice + (r,)))
+    return from_choices(chosen)
+
+
+def expected_accepted(tree: Tree, accuracy: torch.Tensor) -> float:
+    """Expected accepted nodes per step under the independence model of `from_accuracies`."""
+    prob = []
+    for p, r, d in zip(tree.parents, tree.ranks, tree.depth[1:].tolist()):
+        prob.append((prob[p] if p >= 0 else 1.0) * float(accuracy[d - 1, r]))
+    return sum(prob)
+
+
+def save_tree(tree: Tree, path: str | Path) -> None:
+    Path(path).write_text(json.dumps({"choices": [list(c) for c in choices_of(tree)]}) + "\n")
+
+
+def load_tree(path: str | Path) -> Tree:
+    """A tree from JSON: {"choices": [[0], [1], [0, 0], ...]} or {"parents": [...], "ranks": [...]}."""
+    try:
+        spec = json.loads(Path(path).read_text())
+        if "choices" in spec:
+            return from_choices(spec["choices"])
+        return Tree(tuple(spec["parents"]), tuple(spec.get("ranks", [0] * len(spec["parents"]))))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"cannot read tree {path}: {e}; expected {{\"choices\": [[0], [1], [0, 0], ...]}}") from None
