@@ -32,11 +32,12 @@ def test_quick_benchmark_reports_every_figure(files, capsys):
     assert {r["category"] for r in rows} == {"code", "docs", "structured"}
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["tau"] >= 1 and r["new_tokens"] == 2 * 48
+        assert r["same_as_ar"] == r["prompts"] == 2  # float32 on a CPU: greedy is plain decoding, token for token
         if r["method"] == "ar":
             assert r["speedup"] == 1 and r["tau"] == 1
         else:
             assert r["acceptance_rate"] is not None and r["predicted_speedup"] > 0
-    assert "device" in report
+    assert "device" in report and report["dtype"] == "float32"
     peers = report["huggingface"]  # transformers is in the test extra
     assert {p["method"] for p in peers} == {"hf", "hf-assisted"}
     for p in peers:
@@ -55,7 +56,7 @@ def test_table_plots_and_bad_flags(files, tmp_path, capsys):
     assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec.bench --methods")
     assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == [
         "predicted_vs_measured.png", "speedup_vs_k.png", "tau_vs_temperature.png"]
-    for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"]):
+    for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"], ["--dtype", "fp8"]):
         with pytest.raises(SystemExit) as e:
             bench.main(bad + ["--model", str(files / "target.safetensors")])
         assert e.value.code == 2

@@ -44,6 +44,14 @@ def test_seeded_sampling_is_reproducible_and_follows_p():
     assert (freq - p).abs().max() < 0.015  # 4+ standard deviations of a 20000-draw frequency
 
 
+def test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token():
+    p = torch.tensor([0.0, 0.25, 0.0, 0.75, 0.0])  # zeros first, in the middle and last
+    counts = torch.bincount(sample(p.expand(20000, 5), torch.Generator().manual_seed(3)), minlength=5)
+    assert counts[[0, 2, 4]].sum() == 0 and abs(counts[1] / 20000 - 0.25) < 0.015
+    one_hot = torch.eye(6)[[5, 0, 2]]  # rows: the last, the first, a middle token
+    assert sample(one_hot, torch.Generator().manual_seed(0)).tolist() == [5, 0, 2]
+
+
 @pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(top_k=0), dict(top_p=0), dict(top_p=1.5)])
 def test_out_of_range_settings_are_refused(kwargs):
     with pytest.raises(ValueError):

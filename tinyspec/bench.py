@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .cli import ArgumentParser, die, pick_device
+from .cli import DTYPE_HELP, DTYPES, ArgumentParser, die, pick_device, pick_dtype
 from .files import atomic_write_json
 from .decoding import run
 from .generate import DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, decode_steps, load_model
@@ -81,13 +81,14 @@ class Runner:
                             tree=self.tree(int(param)))
 
     def run(self, spec, prompts, sampling) -> dict:
-        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0)
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
         for i, prompt in enumerate(prompts):
             generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
             res = run(self.steps(spec, prompt, sampling, generator), self.max_new, None, None, self.device)
             for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
                 totals[key] += getattr(res, key)
             totals["new_tokens"] += len(res.token_ids)
+            totals["outputs"].append(res.token_ids)
         return totals
 
 
@@ -109,16 +110,18 @@ def step_cost(target, heads, tree, context: int = 128, repeats: int = 10) -> flo
     return tree_step / plain
 
 
-def summarise(spec, temperature, category, passes, runner, ar_tps) -> dict:
-    """One row of the table from the passes of one (method, temperature, category)."""
+def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
+    """One row of the table from the passes of one (method, temperature, category) and of `ar`."""
     name, param = spec
     first = passes[0]
-    tps = statistics.median(p["new_tokens"] / p["wall_s"] for p in passes)
+    tokens_per_s = lambda ps: statistics.median(p["new_tokens"] / p["wall_s"] for p in ps)
+    tps = tokens_per_s(passes)
     row = {"method": name + (f":{param}" if param else ""), "temperature": temperature, "category": category,
            "prompts": first["prompts"], "new_tokens": first["new_tokens"], "target_steps": first["target_steps"],
            "tau": round(first["new_tokens"] / first["target_steps"], 3), "tokens_per_s": round(tps, 2),
-           "speedup": round(tps / (ar_tps or tps), 3),  # ar runs first: its own speedup is 1
-           "acceptance_rate": None, "predicted_speedup": None}
+           "speedup": round(tps / tokens_per_s(ar_passes), 3), "acceptance_rate": None, "predicted_speedup": None}
+    if temperature == 0:  # greedy: how many prompts got exactly plain decoding's tokens (all, in float32)
+        row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
     if first["proposed"]:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
     if name == "draft" and param != "auto" and first["proposed"]:
@@ -163,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--heads", default=str(DEFAULT_HEADS))
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
@@ -193,7 +197,7 @@ def main(argv=None) -> None:
     if not set(categories) <= set(CATEGORIES):
         die(f"--categories must be among {', '.join(CATEGORIES)}")
     device = pick_device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = pick_dtype(args.dtype, device)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.prompts).is_file():
         die(f"--prompts {args.prompts} not found: make it with python -m tinyspec.data")
@@ -226,15 +230,13 @@ def main(argv=None) -> None:
     for temperature in temperatures:
         sampling = Sampling(temperature)
         for category in categories:
-            ar_tps = None
-            for spec in specs:
-                passes = []
-                for _ in range(args.repeats):
-                    passes.append(dict(runner.run(spec, prompts[category], sampling), prompts=len(prompts[category])))
+            passes = {spec: [] for spec in specs}
+            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+                for spec in specs:
+                    passes[spec].append(dict(runner.run(spec, prompts[category], sampling), prompts=len(prompts[category])))
                     bar.update(1)
-                row = summarise(spec, temperature, category, passes, runner, ar_tps)
-                ar_tps = ar_tps or row["tokens_per_s"]
-                out.append(row)
+            for spec in specs:
+                out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "")]))
     bar.close()
     peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out)
     if args.plot:
@@ -245,7 +247,7 @@ def main(argv=None) -> None:
         except ImportError:
             print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    report = {"device": device_name, "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
+    report = {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
               "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
               "huggingface": peers}
     if args.save:
@@ -253,10 +255,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(report, indent=1))
         return
-    print(f"device: {device_name}; {args.max_new_tokens} new tokens per prompt; median of {args.repeats} timed pass(es); "
-          "tau = tokens per target forward, correction/bonus included")
+    print(f"device: {device_name}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
+          f"{args.repeats} timed pass(es); tau = tokens per target forward, correction/bonus included; same = "
+          "prompts whose greedy output is plain decoding's, token for token")
     print_table(out, ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
-                      "predicted_speedup"], ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted"])
+                      "predicted_speedup", "same_as_ar"],
+                ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted", "same"])
     if peers:
         print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft):")
         print_table(peers, ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup", "matches_tinyspec"],

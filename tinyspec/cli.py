@@ -18,6 +18,19 @@ def die(message: str, status: int = 2):
     raise SystemExit(status)
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_HELP = ("auto: bfloat16 on cuda, float32 on cpu. Greedy speculative output equals plain decoding's token "
+              "for token in float32; in 16 bits a forward over many tokens rounds differently from a forward "
+              "over one, so where the target's top two logits (nearly) tie, the choice can flip")
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """--dtype: 'auto' is bfloat16 on CUDA (fast) and float32 elsewhere (exact)."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """'auto' is cuda when present, else cpu; a device that is not there is a clear error."""
     if name == "auto":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import WEIGHTS, ArgumentParser, die, pick_device
+from .cli import DTYPE_HELP, DTYPES, WEIGHTS, ArgumentParser, die, pick_device, pick_dtype
 from .decoding import BONUS, CORRECTION, DRAFT, HEAD, Step, autoregressive, run
 from .medusa import MedusaHeads, fingerprint
 from .model import GPT
@@ -126,8 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
-                    help="auto: bfloat16 on cuda, float32 on cpu")
+    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     return ap
 
@@ -215,8 +214,7 @@ def main(argv=None) -> None:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     k = parse_k(args) if args.method == "draft" else None
     device = pick_device(args.device)
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32, "float32": torch.float32,
-             "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    dtype = pick_dtype(args.dtype, device)
     try:
         enc = load_tokenizer(args.tokenizer)
     except (FileNotFoundError, ValueError) as e:

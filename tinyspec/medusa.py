@@ -65,7 +65,9 @@ class MedusaHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """hidden (..., C) -> logits (K, ..., V): row i-1 is head i's guess of x_{t+1+i}."""
-        return torch.stack([lm_head(block(hidden)) for block in self.blocks])
+        # One LM-head matmul for all K heads, not K: the (vocab x C) matrix is the largest the
+        # heads touch, and when decoding one position it is read from memory once instead of K times.
+        return lm_head(torch.stack([block(hidden) for block in self.blocks]))
 
     def save(self, path: str | Path) -> None:
         meta = {"n_heads": str(self.n_heads), "n_embd": str(self.blocks[0].linear.in_features),

@@ -54,9 +54,16 @@ def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = No
 
 
 def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row of a distribution (..., V); returns (...) long."""
-    flat = p.reshape(-1, p.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
+    """Draw one token per row of a distribution (..., V); returns (...) long.
+
+    Inverse-CDF sampling: with u uniform in (0, 1], the token is the first whose cumulative
+    mass reaches u * total. A token of probability 0 adds nothing to the CDF, so it is never
+    drawn, and a one-hot (greedy) distribution always gives its token. For one row of a large
+    vocabulary this is several times faster than torch.multinomial on a CPU, which matters in a
+    loop that samples once per decoded token. float64 keeps tiny probabilities' share."""
+    cdf = p.reshape(-1, p.shape[-1]).double().cumsum(-1)  # (rows, V)
+    u = 1 - torch.rand(cdf.shape[0], 1, device=p.device, generator=generator, dtype=torch.float64)
+    return torch.searchsorted(cdf, u * cdf[:, -1:]).reshape(p.shape[:-1])
 
 
 @dataclass
