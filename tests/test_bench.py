@@ -56,7 +56,8 @@ def test_table_plots_and_bad_flags(files, tmp_path, capsys):
     assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec.bench --methods")
     assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == [
         "predicted_vs_measured.png", "speedup_vs_k.png", "tau_vs_temperature.png"]
-    for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"], ["--dtype", "fp8"]):
+    for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"], ["--dtype", "fp8"],
+                ["--cuda-graph", "--device", "cpu"]):
         with pytest.raises(SystemExit) as e:
             bench.main(bad + ["--model", str(files / "target.safetensors")])
         assert e.value.code == 2

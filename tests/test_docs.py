@@ -5,6 +5,7 @@ import re
 import shlex
 
 import pytest
+import torch
 
 from tinyspec.cli import WEIGHTS
 
@@ -17,6 +18,8 @@ def quick(argv) -> bool:
     """Run in full (seconds each): generation, handouts, the benchmark's --quick mode. The rest
     (training, the full benchmark, grading) are only parsed."""
     module, args = argv[2], argv[3:]
+    if "--cuda-graph" in args and not torch.cuda.is_available():
+        return False
     return (module == "tinyspec.generate" or (module == "tinyspec.bench" and "--quick" in args)
             or (module == "tinyspec.course" and args[:1] in (["handout"], ["list"])))
 

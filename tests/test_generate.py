@@ -84,6 +84,9 @@ def test_json_output(model_file, capsys):
     assert set(out) == {"prompt", "text", "token_ids", "stats"} and out["prompt"] == "def f(x):"
     assert {"new_tokens", "target_steps", "wall_s", "tokens_per_s"} <= set(out["stats"])
     assert out["stats"]["new_tokens"] == len(out["token_ids"]) <= 12
+    stats, n_bytes = out["stats"], sum(p.numel() * 4 for p in random_gpt(vocab_size=8192, n_ctx=64).parameters())
+    expected = n_bytes * stats["target_steps"] / stats["wall_s"] / 1e9  # float32 weights, read once per forward
+    assert stats["weights_GBps"] == pytest.approx(expected, rel=0.05)  # wall_s is rounded in stats
 
 
 def test_prompt_files_jsonl_and_plain(model_file, tmp_path, capsys):

@@ -33,6 +33,7 @@ from .cli import DTYPE_HELP, DTYPES, ArgumentParser, die, pick_device, pick_dtyp
 from .files import atomic_write_json
 from .decoding import run
 from .generate import DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, decode_steps, load_model
+from .fastpath import fixed_step
 from .kvcache import KVCache
 from .medusa import MedusaHeads
 from .sampling import Sampling
@@ -58,8 +59,9 @@ def parse_method(spec: str) -> tuple[str, str]:
 class Runner:
     """Holds the models and runs one method over a list of prompts."""
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed):
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, fixed=False):
         self.target, self.draft, self.heads, self.device = target, draft, heads, device
+        self.fixed = fixed  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
         self.c = cost_ratio(target, draft) if draft is not None else None
         self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
@@ -73,12 +75,12 @@ class Runner:
     def steps(self, spec, prompt, sampling, generator):
         name, param = spec
         if name == "ar":
-            return decode_steps(self.target, prompt, sampling, generator, self.max_new)
+            return decode_steps(self.target, prompt, sampling, generator, self.max_new, fixed=self.fixed)
         if name == "draft":
             k = AdaptiveK(self.c) if param == "auto" else int(param)
             return decode_steps(self.target, prompt, sampling, generator, self.max_new, draft=self.draft, k=k)
         return decode_steps(self.target, prompt, sampling, generator, self.max_new, heads=self.heads,
-                            tree=self.tree(int(param)))
+                            tree=self.tree(int(param)), fixed=self.fixed)
 
     def run(self, spec, prompts, sampling) -> dict:
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
@@ -93,21 +95,30 @@ class Runner:
 
 
 @torch.no_grad()
-def step_cost(target, heads, tree, context: int = 128, repeats: int = 10) -> float:
+def step_cost(target, heads, tree, context: int = 128, repeats: int = 10, fixed: bool = False) -> float:
     """Time of one Medusa step (heads + a target forward over root and tree) over one plain
-    decoding step, both after `context` cached tokens; medians after a warm-up."""
+    decoding step, both after `context` cached tokens; medians after a warm-up. fixed: both
+    steps as the fixed-shape (CUDA-graph) steps that decoding then uses."""
     device = target.lm_head.weight.device
     tree = tree.to(device)
-    cache = KVCache.for_model(target, context + len(tree) + 1)
-    target(torch.zeros(1, context, dtype=torch.long, device=device), cache=cache)
-    reset = lambda: cache.truncate(context)
-    x1 = torch.zeros(1, 1, dtype=torch.long, device=device)
-    xt = torch.zeros(1, len(tree) + 1, dtype=torch.long, device=device)
+    x1 = torch.zeros(1, dtype=torch.long, device=device)
+    xt = torch.zeros(len(tree) + 1, dtype=torch.long, device=device)
     h = torch.zeros(target.config.n_embd, device=device, dtype=target.lm_head.weight.dtype)
-    plain = median_seconds(lambda: target(x1, cache=cache), device, repeats, setup=reset)
-    tree_step = median_seconds(lambda: (heads(h, target.lm_head), target(xt, positions=context + tree.depth,
-                               cache=cache, mask=tree.ancestor_mask)), device, repeats, setup=reset)
-    return tree_step / plain
+    if fixed:
+        (plain_cache, plain_step), (cache, verify_step) = fixed_step(target, target.config.n_ctx), \
+            fixed_step(target, target.config.n_ctx, tree)
+    else:
+        plain_cache = cache = KVCache.for_model(target, context + len(tree) + 1)
+        plain_step = lambda x, L: target(x.view(1, -1), cache=cache)
+        verify_step = lambda x, L: target(x.view(1, -1), positions=L + tree.depth, cache=cache, mask=tree.ancestor_mask)
+    prefix = torch.zeros(1, context, dtype=torch.long, device=device)
+    target(prefix, cache=cache)
+    if plain_cache is not cache:
+        target(prefix, cache=plain_cache)
+    reset = lambda: (plain_cache.truncate(context), cache.truncate(context))
+    plain = median_seconds(lambda: plain_step(x1, context), device, repeats, setup=reset)
+    tree_time = median_seconds(lambda: (heads(h, target.lm_head), verify_step(xt, context)), device, repeats, setup=reset)
+    return tree_time / plain
 
 
 def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
@@ -167,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
+    ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps as recorded CUDA graphs "
+                    "(fastpath.py; CUDA only); draft rows run as usual")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
@@ -198,6 +211,8 @@ def main(argv=None) -> None:
         die(f"--categories must be among {', '.join(CATEGORIES)}")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
+    if args.cuda_graph and device.type != "cuda":
+        die("--cuda-graph needs a CUDA device (--device cuda)")
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.prompts).is_file():
         die(f"--prompts {args.prompts} not found: make it with python -m tinyspec.data")
@@ -218,10 +233,10 @@ def main(argv=None) -> None:
         if not Path(args.heads).is_file():
             die(f"Medusa heads {args.heads} not found: pass --heads, or drop medusa from --methods")
         heads = MedusaHeads.load(args.heads, device, dtype)
-    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed)
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, fixed=args.cuda_graph)
     for name, param in specs:
         if name == "medusa":
-            runner.step_costs[int(param)] = step_cost(target, heads, runner.tree(int(param)))
+            runner.step_costs[int(param)] = step_cost(target, heads, runner.tree(int(param)), fixed=args.cuda_graph)
 
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
@@ -247,7 +262,8 @@ def main(argv=None) -> None:
         except ImportError:
             print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    report = {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
+    report = {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
+              "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
               "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
               "huggingface": peers}
     if args.save:

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from .fastpath import fixed_step
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, sample
@@ -40,10 +41,11 @@ class Step:
 
 @torch.no_grad()
 def autoregressive(model: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
-                   max_len: int) -> Iterator[Step]:
-    """Plain decoding: one target forward per token; the baseline every speedup is against."""
+                   max_len: int, fixed: bool = False) -> Iterator[Step]:
+    """Plain decoding: one target forward per token; the baseline every speedup is against.
+    fixed: run each step with fixed shapes (fastpath.py), as a CUDA graph on CUDA."""
     device = model.lm_head.weight.device
-    cache = KVCache.for_model(model, max_len)
+    cache, step = fixed_step(model, model.config.n_ctx) if fixed else (KVCache.for_model(model, max_len), None)
     x = torch.tensor([prompt], device=device)
     h = model.hidden(x, cache=cache)  # prefill: the prompt's keys and values enter the cache
     logits = model.lm_head(h[:, -1])  # only the last position's logits are needed
@@ -52,7 +54,11 @@ def autoregressive(model: GPT, prompt: list[int], sampling: Sampling, generator:
         yield Step([int(token)], [TARGET])
         if cache.length == max_len:
             return
-        logits, _ = model(token.view(1, 1), cache=cache)
+        if step is not None:
+            logits, _ = step(token.view(1), cache.length)
+            cache.advance(1)
+        else:
+            logits, _ = model(token.view(1, 1), cache=cache)
         logits = logits[:, -1]
 
 

@@ -27,6 +27,7 @@ from .medusa import MedusaHeads, fingerprint
 from .model import GPT
 from .sampling import Sampling
 from .speculative import AdaptiveK, cost_ratio, speculative
+from .timing import copy_bandwidth, weight_bytes
 from .tokenizer import load_tokenizer
 from .tree import from_accuracies, load_tree
 from .verify import medusa
@@ -127,25 +128,29 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
+    ap.add_argument("--cuda-graph", action="store_true", help="run each decoding step (--method ar) or tree "
+                    "verification (--method medusa) as a captured CUDA graph: no Python or launch overhead per step")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     return ap
 
 
 def decode_steps(target: GPT, prompt: list[int], sampling: Sampling, generator, max_new_tokens: int,
                  draft: GPT | None = None, k: int | AdaptiveK = 4, heads: MedusaHeads | None = None, tree=None,
-                 rule: str | None = None):
+                 rule: str | None = None, fixed: bool = False):
     """The decoding method chosen by the arguments: Medusa if heads are given, draft-model
     speculation if a draft is, plain decoding otherwise. Caches are sized for the output plus
-    the look-ahead a step needs, within the context window."""
+    the look-ahead a step needs, within the context window. fixed: fixed-shape steps (CUDA
+    graphs on CUDA; fastpath.py) for plain decoding and Medusa."""
     n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
     limit = len(prompt) + max_new_tokens
     if heads is not None:
         rule = rule or ("greedy" if sampling.temperature == 0 else "lossless")
-        return medusa(target, heads, prompt, sampling, generator, min(n_ctx, limit + len(tree) + 1), tree, rule)
+        return medusa(target, heads, prompt, sampling, generator, min(n_ctx, limit + len(tree) + 1), tree, rule,
+                      fixed=fixed)
     if draft is not None:
         lookahead = k.k_max if isinstance(k, AdaptiveK) else k
         return speculative(target, draft, prompt, sampling, generator, min(n_ctx, limit + lookahead), k)
-    return autoregressive(target, prompt, sampling, generator, min(n_ctx, limit))
+    return autoregressive(target, prompt, sampling, generator, min(n_ctx, limit), fixed=fixed)
 
 
 def load_heads_and_tree(args, model: GPT, device, dtype):
@@ -200,6 +205,9 @@ def summary(stats: dict) -> str:
     if "mean_accepted" in stats:
         line += f", acceptance {stats['acceptance_rate']:.0%}, tau {stats['mean_accepted']:.2f} tokens per target forward " \
                 "(correction/bonus token included)"
+    line += f"; target weights read at {stats['weights_GBps']:.1f} GB/s"
+    if "of_copy_bandwidth" in stats:
+        line += f", {stats['of_copy_bandwidth']:.0%} of this GPU's copy bandwidth"
     return line
 
 
@@ -215,6 +223,8 @@ def main(argv=None) -> None:
     k = parse_k(args) if args.method == "draft" else None
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
+    if args.cuda_graph and (device.type != "cuda" or args.method == "draft"):
+        die("--cuda-graph needs a CUDA device (--device cuda) and --method ar or medusa")
     try:
         enc = load_tokenizer(args.tokenizer)
     except (FileNotFoundError, ValueError) as e:
@@ -247,16 +257,23 @@ def main(argv=None) -> None:
         if len(ids) >= n_ctx:
             die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
     c = cost_ratio(model, draft) if draft is not None and k is None else None
+    peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):
         generator = torch.Generator(device=device).manual_seed(args.seed)
         k_or_policy = k if k is not None else AdaptiveK(c, args.k_max)
         steps = decode_steps(model, ids, sampling, generator, args.max_new_tokens, draft, k_or_policy, heads, tree,
-                             args.accept)
+                             args.accept, fixed=args.cuda_graph)
         printer = None if args.json else Printer(enc, show=args.show)
         if printer:
             print(prompt, end="", flush=True)
         res = run(steps, args.max_new_tokens, enc.eot_token, printer, device)
         stats = res.stats()
+        # Each target forward reads every weight once, however many tokens it scores: bytes x
+        # forwards / s is the memory traffic the step achieves, the bound a small model decodes at.
+        stats["weights_GBps"] = round(weight_bytes(model) * res.target_steps / max(res.wall_s, 1e-9) / 1e9, 3)
+        if device.type == "cuda":
+            peak = peak or copy_bandwidth(device)
+            stats["of_copy_bandwidth"] = round(stats["weights_GBps"] * 1e9 / peak, 3)
         if c is not None:
             stats["cost_ratio"] = round(c, 4)
         if printer:

@@ -28,6 +28,7 @@ from typing import Iterator
 import torch
 
 from .decoding import BONUS, CORRECTION, HEAD, TARGET, Step
+from .fastpath import fixed_step
 from .kvcache import KVCache
 from .medusa import MedusaHeads
 from .model import GPT
@@ -44,8 +45,8 @@ def longest_accepted_path(ok: torch.Tensor, tree: Tree) -> torch.Tensor:
     padded = torch.cat([ok, ok.new_zeros(1)])  # index -1 (padding) reads False
     run = padded[tree.paths].long().cumprod(dim=1)  # (leaves, depth+1): 1 while the path holds
     lengths = run.sum(1)
-    best = int(lengths.argmax())  # host syncs: which path, and how long
-    return tree.paths[best, : int(lengths[best])]
+    best = lengths.argmax()
+    return tree.paths[best, : int(lengths[best])]  # the host reads the accepted length: one sync
     # END SOLUTION
 
 
@@ -107,12 +108,19 @@ def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, rule: str
 
 @torch.no_grad()
 def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
-           max_len: int, tree: Tree, rule: str = "greedy", cache: KVCache | None = None) -> Iterator[Step]:
-    """Medusa decoding; yields one `Step` per target forward pass."""
+           max_len: int, tree: Tree, rule: str = "greedy", cache: KVCache | None = None,
+           fixed: bool = False) -> Iterator[Step]:
+    """Medusa decoding; yields one `Step` per target forward pass. fixed: verify with a
+    fixed-shape step (fastpath.py), replayed as a CUDA graph on CUDA."""
     if rule not in ACCEPT_RULES:
         raise ValueError(f"unknown acceptance rule {rule!r}: use one of {', '.join(ACCEPT_RULES)}")
     device = target.lm_head.weight.device
     tree = tree.to(device)
+    tree_step = None
+    if fixed:  # a context-sized cache and the tree's step, made once and reused (fastpath.py)
+        if cache is not None:
+            raise ValueError("fixed steps bring their own cache: pass cache or fixed, not both")
+        cache, tree_step = fixed_step(target, target.config.n_ctx, tree)
     cache = cache or KVCache.for_model(target, max_len)
     n_ctx = target.config.n_ctx
     h = target.hidden(torch.tensor([prompt], device=device), cache=cache)[0, -1]  # (C,) at the last prompt token
@@ -127,7 +135,11 @@ def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Samplin
             continue
         tokens, q = propose(heads(h, target.lm_head), tree, sampling, rule, generator)
         x = torch.cat([root.view(1), tokens])  # (T+1,): root, then the tree
-        logits, hidden = target(x.view(1, -1), positions=L + tree.depth, cache=cache, mask=tree.ancestor_mask)
+        if tree_step is not None:
+            logits, hidden = tree_step(x, L)  # the graph's output buffers: used before the next replay
+            cache.advance(len(x))
+        else:
+            logits, hidden = target(x.view(1, -1), positions=L + tree.depth, cache=cache, mask=tree.ancestor_mask)
         logits = logits[0]
         if rule == "greedy":
             path, root = greedy_accept(x, logits, tree)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cli import ArgumentParser, die
+from ..timing import copy_bandwidth
 
 
 def random_tree_mask(T: int, generator: torch.Generator) -> torch.Tensor:
@@ -31,14 +32,6 @@ def random_tree_mask(T: int, generator: torch.Generator) -> torch.Tensor:
         if parent >= 0:
             mask[i] |= mask[parent]
     return mask
-
-
-def copy_bandwidth(device, do_bench) -> float:
-    """Bytes per second of a large device-to-device copy (read + write)."""
-    x = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
-    y = torch.empty_like(x)
-    ms = do_bench(lambda: y.copy_(x))
-    return 2 * x.numel() / (ms * 1e-3)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +61,7 @@ def main(argv=None) -> None:
         flex = None
     device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
     H, D = args.heads, args.head_dim
-    peak = copy_bandwidth(device, do_bench)
+    peak = copy_bandwidth(device)
     g = torch.Generator().manual_seed(0)
     rows = []
     for T in (int(t) for t in args.trees.split(",")):

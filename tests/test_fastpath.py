@@ -1,0 +1,94 @@
+"""Fixed-shape steps (the CUDA-graph fast path) against the ordinary forward: the same logits,
+the same cache, the same tokens; on a GPU the recorded graph against the eager step."""
+import random
+
+import pytest
+import torch
+
+from tinyspec import generate
+from tinyspec.decoding import autoregressive, run
+from tinyspec.fastpath import CUDAGraphStep, FixedStep, fixed_step
+from tinyspec.kvcache import KVCache
+from tinyspec.sampling import Sampling
+from tinyspec.verify import medusa
+
+from conftest import random_gpt
+from test_verify import TREES, random_heads, random_tree
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("tree", [None, TREES["star"], random_tree(9, 4, seed=2)], ids=["plain", "star", "random"])
+def test_fixed_step_equals_the_ordinary_forward(tree):
+    model = random_gpt(scale=3.0)
+    ref_cache, fixed_cache = KVCache.for_model(model, 40), KVCache.for_model(model, 40)
+    ancestors = tree.ancestor_mask if tree else torch.ones(1, 1, dtype=torch.bool)
+    depth = tree.depth if tree else torch.zeros(1, dtype=torch.long)
+    step = FixedStep(model, fixed_cache, ancestors, depth)
+    fixed_cache.k.normal_(), fixed_cache.v.normal_()  # garbage beyond the valid slots must stay invisible
+    prefix = torch.randint(0, 64, (1, 13), generator=torch.Generator().manual_seed(0))
+    model(prefix, cache=ref_cache), model(prefix, cache=fixed_cache)
+    x = torch.randint(0, 64, (len(depth),), generator=torch.Generator().manual_seed(1))
+    want_logits, want_hidden = model(x.view(1, -1), positions=13 + depth, cache=ref_cache, mask=ancestors)
+    logits, hidden = step(x, 13)
+    fixed_cache.advance(len(depth))
+    torch.testing.assert_close(logits, want_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hidden, want_hidden, atol=1e-5, rtol=1e-5)
+    n = ref_cache.length
+    assert fixed_cache.length == n
+    torch.testing.assert_close(fixed_cache.k[:, :, :, :n], ref_cache.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fixed_cache.v[:, :, :, :n], ref_cache.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="cache is full"):
+        step(x, 40 - len(depth) + 1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_fixed_decoding_writes_the_same_tokens(temperature):
+    """Same seed, same tokens: plain decoding and Medusa with fixed steps against the ordinary
+    loops, over prompts of different lengths that reuse one cache (longest first, so stale
+    entries sit beyond the shorter prompts)."""
+    model, heads, tree = random_gpt(scale=3.0), random_heads(32, 3, seed=1), TREES["default"]
+    rng = random.Random(0)
+    prompts = [[rng.randrange(64) for _ in range(n)] for n in (20, 3, 9)]
+    sampling = Sampling(temperature)
+    for prompt in prompts:
+        for method, kwargs in ((autoregressive, {}), (medusa, dict(heads=heads, tree=tree))):
+            def tokens(fixed):
+                g = torch.Generator().manual_seed(5)
+                if method is medusa:
+                    steps = medusa(model, heads, prompt, sampling, g, 60, tree, fixed=fixed)
+                else:
+                    steps = autoregressive(model, prompt, sampling, g, 50, fixed=fixed)
+                return run(steps, 30).token_ids
+            assert tokens(True) == tokens(False), f"{method.__name__}, prompt of {len(prompt)}"
+    _, step = fixed_step(model, model.config.n_ctx, tree)
+    assert fixed_step(model, model.config.n_ctx, tree)[1] is step  # made once, handed out again
+    with pytest.raises(ValueError, match="not both"):
+        next(medusa(model, heads, [1], sampling, None, 60, tree, cache=KVCache.for_model(model), fixed=True))
+
+
+def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
+    path = tmp_path / "m.safetensors"
+    random_gpt(vocab_size=8192).save(path)
+    argv = ["--prompt", "x", "--model", str(path), "--cuda-graph", "--device", "cpu"]
+    with pytest.raises(SystemExit) as e:
+        generate.main(argv)
+    assert e.value.code == 2 and "--cuda-graph needs a CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+@torch.no_grad()
+def test_recorded_graph_replays_the_eager_step():
+    model = random_gpt(scale=3.0).cuda()
+    tree = random_tree(9, 4, seed=3).to("cuda")
+    graph_cache, eager_cache = KVCache.for_model(model, 48), KVCache.for_model(model, 48)
+    graph = CUDAGraphStep(model, graph_cache, tree.ancestor_mask, tree.depth)  # recorded while empty
+    eager = FixedStep(model, eager_cache, tree.ancestor_mask, tree.depth)
+    prefix = torch.randint(0, 64, (1, 11), device="cuda")
+    model(prefix, cache=graph_cache), model(prefix, cache=eager_cache)
+    for length in (11, 21):  # two replays with new inputs, at two lengths
+        x = torch.randint(0, 64, (len(tree) + 1,), device="cuda")
+        want, _ = eager(x, length)
+        got, _ = graph(x, length)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for cache in (graph_cache, eager_cache):
+            cache.advance(len(tree) + 1)
