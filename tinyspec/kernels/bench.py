@@ -76,8 +76,8 @@ def main(argv=None) -> None:
             times = {"triton": do_bench(lambda: tree_attention(q, k, v, bits)),
                      "sdpa": do_bench(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense))}
             if flex is not None:
-                def tree_mask_mod(b, h, q_idx, kv_idx):
-                    return (kv_idx < L) | tree[q_idx, (kv_idx - L).clamp(min=0)]
+                def tree_mask_mod(b, h, q_idx, kv_idx):  # indices clamped: partial blocks may pass padded ones
+                    return (kv_idx < L) | tree[q_idx.clamp(max=T - 1), (kv_idx - L).clamp(0, T - 1)]
                 block_mask = create_block_mask(tree_mask_mod, 1, 1, T, L + T, device=device)
                 flex(q, k, v, block_mask=block_mask)  # compile before timing
                 times["flex"] = do_bench(lambda: flex(q, k, v, block_mask=block_mask))
