@@ -270,10 +270,11 @@ def main(argv=None) -> None:
         stats = res.stats()
         # Each target forward reads every weight once, however many tokens it scores: bytes x
         # forwards / s is the memory traffic the step achieves, the bound a small model decodes at.
-        stats["weights_GBps"] = round(weight_bytes(model) * res.target_steps / max(res.wall_s, 1e-9) / 1e9, 3)
+        weight_traffic = weight_bytes(model) * res.target_steps / max(res.wall_s, 1e-9)  # bytes per second
+        stats["weights_GBps"] = round(weight_traffic / 1e9, 3)
         if device.type == "cuda":
             peak = peak or copy_bandwidth(device)
-            stats["of_copy_bandwidth"] = round(stats["weights_GBps"] * 1e9 / peak, 3)
+            stats["of_copy_bandwidth"] = round(weight_traffic / peak, 3)
         if c is not None:
             stats["cost_ratio"] = round(c, 4)
         if printer:

@@ -45,8 +45,8 @@ def longest_accepted_path(ok: torch.Tensor, tree: Tree) -> torch.Tensor:
     padded = torch.cat([ok, ok.new_zeros(1)])  # index -1 (padding) reads False
     run = padded[tree.paths].long().cumprod(dim=1)  # (leaves, depth+1): 1 while the path holds
     lengths = run.sum(1)
-    best = lengths.argmax()
-    return tree.paths[best, : int(lengths[best])]  # the host reads the accepted length: one sync
+    n, best = torch.stack(lengths.max(0)).tolist()  # the host reads length and path: one sync
+    return tree.paths[best, :n]
     # END SOLUTION
 
 
