@@ -1,4 +1,5 @@
 import os
+import random
 
 import torch
 
@@ -10,8 +11,10 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from tinyspec.cli import WEIGHTS
+from tinyspec.medusa import MedusaHeads
 from tinyspec.model import GPT, GPTConfig
 from tinyspec.tokenizer import load_tokenizer
+from tinyspec.tree import Tree
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +69,29 @@ def train_counting_gpt():
         opt.step()
     assert loss.item() < 0.5, f"the counting model did not learn (loss {loss.item():.2f})"
     return model.eval()
+
+
+class CountingCorpus:
+    """Stands in for data.TokenFile: fresh counting windows."""
+    def batch(self, b, n, generator):
+        x = counting_sequences(b, n, 32, generator)
+        return x, x
+
+
+def random_heads(n_embd, k, seed, scale=0.5):
+    torch.manual_seed(seed)
+    heads = MedusaHeads(n_embd, k)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0, scale)
+    return heads.eval()
+
+
+def random_tree(n, depth, seed):
+    rng = random.Random(seed)
+    parents, depths = [], []
+    for i in range(n):
+        options = [-1] + [j for j in range(i) if depths[j] < depth]
+        parents.append(rng.choice(options))
+        depths.append(1 if parents[-1] == -1 else depths[parents[-1]] + 1)
+    return Tree(tuple(parents), tuple(rng.randrange(4) for _ in range(n)))

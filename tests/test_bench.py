@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tinyspec import bench
-from tinyspec.medusa import MedusaHeads, fingerprint
+from tinyspec.medusa import MedusaHeads
 
 from conftest import random_gpt
 
@@ -18,7 +18,7 @@ def files(tmp_path_factory):
     random_gpt(vocab_size=8192, n_ctx=320, n_layer=1, scale=3.0, seed=1).save(d / "draft.safetensors")
     heads = MedusaHeads(32, 3)
     heads.accuracy = torch.tensor([[0.5, 0.2, 0.1], [0.3, 0.2, 0.1], [0.2, 0.1, 0.1]])
-    heads.target_fingerprint = fingerprint(target)
+    heads.target_fingerprint = target.fingerprint()
     heads.save(d / "heads.safetensors")
     return d
 

@@ -1,4 +1,5 @@
 """Coursework: a handout's graded tests fail with the stubs and pass with the solutions back."""
+import ast
 import shutil
 
 import pytest
@@ -6,24 +7,26 @@ import pytest
 from tinyspec import course
 
 
-def test_stub_out_replaces_only_the_chosen_chapters():
-    src = ("def f(x):\n    y = 1\n    # BEGIN SOLUTION a: add one\n    y = x + 1\n    # END SOLUTION\n    return y\n\n"
-           "def g():\n    # BEGIN SOLUTION b: nothing\n    return 2\n    # END SOLUTION\n")
-    text, n = course.stub_out(src, {"a"})
-    assert n == 1 and 'raise NotImplementedError("a: add one")' in text and "y = x + 1" not in text
-    assert "return 2" in text and "BEGIN SOLUTION b" in text
+def test_stub_out_replaces_whole_bodies_and_keeps_docstrings():
+    src = ('def f(x):\n    """Add one."""\n    y = x + 1  # the answer\n    return y\n\n'
+           'class C:\n    def g(self):\n        return 2\n\n\ndef h():\n    return 3\n')
+    text = course.stub_out(src, "a", ["f", "C.g"])
+    assert 'def f(x):\n    """Add one."""\n    raise NotImplementedError("a: write f (see its docstring)")\n' in text
+    assert "x + 1" not in text and "the answer" not in text and "return 2" not in text
+    assert '        raise NotImplementedError("a: write C.g' in text and "return 3" in text
     compile(text, "<stub>", "exec")  # still valid Python
-    with pytest.raises(ValueError, match="no END"):
-        course.stub_out("# BEGIN SOLUTION a: x\npass\n", {"a"})
 
 
-def test_every_chapter_has_marked_regions_and_existing_tests():
-    text = "".join(p.read_text() for p in (course.ROOT / "tinyspec").rglob("*.py") if p.name != "course.py")
-    for chapter, (_, tests) in course.CHAPTERS.items():
-        assert f"# BEGIN SOLUTION {chapter}:" in text, chapter
-        for t in tests:
+def test_every_chapter_names_existing_functions_and_tests():
+    for chapter, ch in course.CHAPTERS.items():
+        for f in ch.functions:
+            file, qualname = f.split(":")
+            fn = course.find_function(ast.parse((course.ROOT / "tinyspec" / file).read_text()), qualname)
+            assert ast.get_docstring(fn), f"{f} needs a docstring: it is the student's task"
+        for t in ch.tests:
             file, name = t.split("::")
             assert f"def {name}(" in (course.ROOT / file).read_text(), t
+        assert set(ch.needs) <= set(course.CHAPTERS)
 
 
 @pytest.mark.slow
@@ -32,12 +35,20 @@ def test_handout_fails_with_stubs_and_passes_with_solutions(tmp_path, capsys):
     course.main(["handout", str(out), "--chapters", "sampling"])
     assert "NotImplementedError" in (out / "tinyspec" / "sampling.py").read_text()
     assert "sampling" in (out / "GRADING.md").read_text()
-    passed, total = course.grade(out, ["sampling"])["sampling"]
-    assert total >= 3 and passed == 0  # every graded test fails on the stub
+    shown = []
+    passed, total = course.grade(out, ["sampling"], show=shown.append)["sampling"]
+    assert total == len(course.CHAPTERS["sampling"].tests) and passed == 0  # every graded test fails on the stub
+    assert "NotImplementedError" in shown[0]  # the student sees why
+    with pytest.raises(SystemExit) as e:  # grades the handed-out chapters only, and fails loudly
+        course.main(["grade", str(out)])
+    assert e.value.code == 1 and f"0/{total}" in capsys.readouterr().out
     shutil.copy(course.ROOT / "tinyspec" / "sampling.py", out / "tinyspec" / "sampling.py")  # the solution back
     assert course.grade(out, ["sampling"])["sampling"] == (total, total)
-    course.main(["grade", str(out), "--chapters", "sampling"])
-    assert f"{total}/{total}" in capsys.readouterr().out
+    course.main(["grade", str(out)])
+    captured = capsys.readouterr().out
+    assert f"{total}/{total}" in captured and "kvcache" not in captured
+    course.main(["list"])
+    assert f"sampling     walkthrough 4 Sampling: write sampling.py:probs; {total} tests" in capsys.readouterr().out
 
 
 def test_bad_course_commands(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""Fixed-shape steps (the CUDA-graph fast path) against the ordinary forward: the same logits,
-the same cache, the same tokens; on a GPU the recorded graph against the eager step."""
+"""Fixed-shape forwards (the CUDA-graph fast path) against the ordinary forward: the same logits,
+the same cache, the same tokens; on a GPU the recorded graph against the eager one."""
 import random
 
 import pytest
@@ -7,30 +7,31 @@ import torch
 
 from tinyspec import generate
 from tinyspec.decoding import autoregressive, run
-from tinyspec.fastpath import CUDAGraphStep, FixedStep, fixed_step
+from tinyspec.fastpath import CUDAGraphForward, FixedForward, fixed_forward
 from tinyspec.kvcache import KVCache
+from tinyspec.medusa import medusa
+from tinyspec.model import prefix_mask
 from tinyspec.sampling import Sampling
-from tinyspec.verify import medusa
 
-from conftest import random_gpt
-from test_verify import TREES, random_heads, random_tree
+from conftest import random_gpt, random_heads, random_tree
+from test_medusa import TREES
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("tree", [None, TREES["star"], random_tree(9, 4, seed=2)], ids=["plain", "star", "random"])
-def test_fixed_step_equals_the_ordinary_forward(tree):
+def test_fixed_forward_equals_the_ordinary_forward(tree):
     model = random_gpt(scale=3.0)
     ref_cache, fixed_cache = KVCache.for_model(model, 40), KVCache.for_model(model, 40)
-    ancestors = tree.ancestor_mask if tree else torch.ones(1, 1, dtype=torch.bool)
+    tree_mask = tree.tree_mask if tree else torch.ones(1, 1, dtype=torch.bool)
     depth = tree.depth if tree else torch.zeros(1, dtype=torch.long)
-    step = FixedStep(model, fixed_cache, ancestors, depth)
+    forward = fixed_forward(model, fixed_cache, tree)
     fixed_cache.k.normal_(), fixed_cache.v.normal_()  # garbage beyond the valid slots must stay invisible
     prefix = torch.randint(0, 64, (1, 13), generator=torch.Generator().manual_seed(0))
     model(prefix, cache=ref_cache), model(prefix, cache=fixed_cache)
     x = torch.randint(0, 64, (len(depth),), generator=torch.Generator().manual_seed(1))
-    want_logits, want_hidden = model(x.view(1, -1), positions=13 + depth, cache=ref_cache, mask=ancestors)
-    logits, hidden = step(x, 13)
-    fixed_cache.advance(len(depth))
+    want_logits, want_hidden = model(x.view(1, -1), positions=13 + depth, cache=ref_cache,
+                                     attn_mask=prefix_mask(tree_mask, 13))
+    logits, hidden = forward(x, 13)  # advances the cache, as the ordinary forward does
     torch.testing.assert_close(logits, want_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(hidden, want_hidden, atol=1e-5, rtol=1e-5)
     n = ref_cache.length
@@ -38,32 +39,31 @@ def test_fixed_step_equals_the_ordinary_forward(tree):
     torch.testing.assert_close(fixed_cache.k[:, :, :, :n], ref_cache.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fixed_cache.v[:, :, :, :n], ref_cache.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="cache is full"):
-        step(x, 40 - len(depth) + 1)
+        forward(x, 40 - len(depth) + 1)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_fixed_decoding_writes_the_same_tokens(temperature):
-    """Same seed, same tokens: plain decoding and Medusa with fixed steps against the ordinary
-    loops, over prompts of different lengths that reuse one cache (longest first, so stale
-    entries sit beyond the shorter prompts)."""
+    """Same seed, same tokens: plain decoding and Medusa with fixed-shape forwards against the
+    ordinary loops, over prompts of different lengths that reuse one cache and its forwards
+    (longest first, so stale entries sit beyond the shorter prompts)."""
     model, heads, tree = random_gpt(scale=3.0), random_heads(32, 3, seed=1), TREES["default"]
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(n)] for n in (20, 3, 9)]
     sampling = Sampling(temperature)
+    cache = KVCache.for_model(model)
+    plain, verify = fixed_forward(model, cache), fixed_forward(model, cache, tree)
     for prompt in prompts:
-        for method, kwargs in ((autoregressive, {}), (medusa, dict(heads=heads, tree=tree))):
+        for method in (autoregressive, medusa):
             def tokens(fixed):
                 g = torch.Generator().manual_seed(5)
                 if method is medusa:
-                    steps = medusa(model, heads, prompt, sampling, g, 60, tree, fixed=fixed)
+                    steps = medusa(model, heads, prompt, sampling, g, 60, tree, "greedy" if temperature == 0 else "lossless",
+                                   cache if fixed else None, verify if fixed else None)
                 else:
-                    steps = autoregressive(model, prompt, sampling, g, 50, fixed=fixed)
+                    steps = autoregressive(model, prompt, sampling, g, 50, cache if fixed else None, plain if fixed else None)
                 return run(steps, 30).token_ids
             assert tokens(True) == tokens(False), f"{method.__name__}, prompt of {len(prompt)}"
-    _, step = fixed_step(model, model.config.n_ctx, tree)
-    assert fixed_step(model, model.config.n_ctx, tree)[1] is step  # made once, handed out again
-    with pytest.raises(ValueError, match="not both"):
-        next(medusa(model, heads, [1], sampling, None, 60, tree, cache=KVCache.for_model(model), fixed=True))
 
 
 def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
@@ -75,14 +75,30 @@ def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
     assert e.value.code == 2 and "--cuda-graph needs a CUDA device" in capsys.readouterr().err
 
 
+def test_fixed_forwards_refuse_the_triton_kernel():
+    model = random_gpt().set_attention("triton") if _has_triton() else None
+    if model is None:
+        pytest.skip("triton is not installed")
+    with pytest.raises(ValueError, match="SDPA"):
+        FixedForward(model, KVCache.for_model(model))
+
+
+def _has_triton():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 @torch.no_grad()
 def test_recorded_graph_replays_the_eager_step():
     model = random_gpt(scale=3.0).cuda()
     tree = random_tree(9, 4, seed=3).to("cuda")
     graph_cache, eager_cache = KVCache.for_model(model, 48), KVCache.for_model(model, 48)
-    graph = CUDAGraphStep(model, graph_cache, tree.ancestor_mask, tree.depth)  # recorded while empty
-    eager = FixedStep(model, eager_cache, tree.ancestor_mask, tree.depth)
+    graph = CUDAGraphForward(model, graph_cache, tree.tree_mask, tree.depth)  # recorded while empty
+    eager = FixedForward(model, eager_cache, tree.tree_mask, tree.depth)
     prefix = torch.randint(0, 64, (1, 11), device="cuda")
     model(prefix, cache=graph_cache), model(prefix, cache=eager_cache)
     for length in (11, 21):  # two replays with new inputs, at two lengths
@@ -90,5 +106,5 @@ def test_recorded_graph_replays_the_eager_step():
         want, _ = eager(x, length)
         got, _ = graph(x, length)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        for cache in (graph_cache, eager_cache):
-            cache.advance(len(tree) + 1)
+        assert graph_cache.length == eager_cache.length == length + len(tree) + 1
+        graph_cache.truncate(21), eager_cache.truncate(21)

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from tinyspec.kvcache import KVCache
+from tinyspec.model import prefix_mask
 
 from conftest import random_gpt
 
@@ -62,7 +63,8 @@ def test_keep_compacts_an_accepted_tree_path():
     # node 3 = 33 (child of 1); accepted path: nodes 0, 1, 3 -> slots 10, 11, 13
     parents_mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     with torch.no_grad():
-        model(torch.tensor([[30, 31, 32, 33]]), positions=torch.tensor([10, 11, 10, 12]), cache=cache, mask=parents_mask)
+        model(torch.tensor([[30, 31, 32, 33]]), positions=torch.tensor([10, 11, 10, 12]), cache=cache,
+              attn_mask=prefix_mask(parents_mask, 10))
     cache.keep([10, 11, 13])
     assert_same_cache(cache, cache_of(model, prefix + [30, 31, 33]))
 

@@ -1,12 +1,21 @@
-"""Medusa heads: construction, the loss's indexing, training, checkpoints."""
-import numpy as np
+"""Medusa: the heads, their checkpoints, and decoding against plain decoding: greedy token for
+token over many tree shapes, the cache afterwards, and the command line."""
+import itertools
+import json
+import random
+
 import pytest
 import torch
 
-from tinyspec import train
-from tinyspec.medusa import MedusaHeads, fingerprint, head_accuracy, medusa_loss, self_distill, train_heads
+from tinyspec import generate
+from tinyspec.decoding import autoregressive, run
+from tinyspec.distill import self_distill, train_heads
+from tinyspec.kvcache import KVCache
+from tinyspec.medusa import MedusaHeads, medusa
+from tinyspec.sampling import Sampling
+from tinyspec.tree import Tree, from_accuracies, from_choices, save_tree
 
-from conftest import counting_sequences, random_gpt
+from conftest import CountingCorpus, counting_sequences, random_gpt, random_heads, random_tree
 
 
 def test_new_heads_are_the_base_head_and_do_not_share_weights():
@@ -23,52 +32,13 @@ def test_new_heads_are_the_base_head_and_do_not_share_weights():
     assert torch.equal(heads(h, model.lm_head)[0], out[0])  # changing head 2 leaves head 1 alone
 
 
-def test_loss_pairs_head_i_at_t_with_target_at_t_plus_i():
-    """Reference: a plain loop over heads and positions."""
-    torch.manual_seed(0)
-    K, B, T, V = 3, 2, 7, 5
-    head_logits, target_logits = torch.randn(K, B, T, V), torch.randn(B, T, V)
-    loss, per_head = medusa_loss(head_logits, target_logits, decay=0.5)
-    expected = 0.0
-    for i in range(1, K + 1):
-        ces = [-(torch.softmax(target_logits[b, t + i], -1) * torch.log_softmax(head_logits[i - 1, b, t], -1)).sum()
-               for b in range(B) for t in range(T - i)]
-        assert per_head[i - 1] == pytest.approx(float(torch.stack(ces).mean()), rel=1e-5)
-        expected += 0.5 ** i * per_head[i - 1]
-    assert float(loss) == pytest.approx(expected, rel=1e-5)
-
-
-class CountingCorpus:  # stands in for data.TokenFile: fresh counting windows
-    def batch(self, b, n, generator):
-        x = counting_sequences(b, n, 32, generator)
-        return x, x
-
-
-def test_trained_heads_learn_to_look_ahead(counting_gpt):
-    """On counting text x_{t+1} = x_t + s, head i must learn x_{t+1+i} = x_t + (i + 1) s; a new
-    head (= the base head) guesses x_{t+1} instead and is never right."""
-    target = counting_gpt
-    seqs = self_distill(target, CountingCorpus(), 128, 8, 24, 64, temperature=0.0, progress=False)
-    assert seqs.shape == (128, 32) and seqs.dtype == np.uint16
-    heldout = self_distill(target, CountingCorpus(), 32, 8, 24, 32, temperature=0.0, seed=1, progress=False)
-    heads = MedusaHeads(32, 2)
-    weights = {k: v.clone() for k, v in target.state_dict().items()}
-    before = head_accuracy(target, heads, heldout, 8)
-    train_heads(target, heads, seqs, 8, steps=400, batch=16, lr=2e-2, progress=False)
-    after = head_accuracy(target, heads, heldout, 8)
-    assert after.shape == (2, 10)
-    top3_before, top3_after = before[:, :3].sum(1), after[:, :3].sum(1)
-    assert (before[:, 0] < 0.05).all() and (top3_after > top3_before + 0.4).all(), (before[:, :3], after[:, :3])
-    assert all(torch.equal(v, weights[k]) for k, v in target.state_dict().items())  # the target stayed frozen
-
-
 def test_save_load_keeps_weights_accuracy_and_fingerprint(tmp_path):
     heads = MedusaHeads(16, 3)
     with torch.no_grad():
         for p in heads.parameters():
             p.normal_()
     heads.accuracy = torch.rand(3, 10)
-    heads.target_fingerprint = fingerprint(random_gpt())
+    heads.target_fingerprint = random_gpt().fingerprint()
     heads.save(tmp_path / "h.safetensors")
     back = MedusaHeads.load(tmp_path / "h.safetensors")
     assert back.n_heads == 3 and back.target_fingerprint == heads.target_fingerprint
@@ -81,17 +51,114 @@ def test_save_load_keeps_weights_accuracy_and_fingerprint(tmp_path):
     random_gpt().save(tmp_path / "model.safetensors")  # a real checkpoint, but of a model
     with pytest.raises(ValueError, match="not a Medusa heads file"):
         MedusaHeads.load(tmp_path / "model.safetensors")
-    assert fingerprint(random_gpt(seed=1)) != fingerprint(random_gpt(seed=2))
+    assert random_gpt(seed=1).fingerprint() != random_gpt(seed=2).fingerprint()
 
 
-@pytest.mark.slow
-def test_train_medusa_command(tmp_path):
-    target = tmp_path / "target.safetensors"
-    random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
-    train.main(["medusa", "--target", str(target), "--heads", "2", "--sequences", "32", "--prompt-len", "8",
-                "--gen-len", "24", "--gen-batch", "16", "--steps", "10", "--batch-size", "4",
-                "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "h.safetensors")])
-    heads = MedusaHeads.load(tmp_path / "h.safetensors")
-    assert heads.n_heads == 2 and heads.accuracy.shape == (2, 10)
-    card = (tmp_path / "h.md").read_text()
-    assert "top-1 accuracy" in card and "predicted tau" in card
+@pytest.fixture(scope="module")
+def trained_heads(counting_gpt):
+    seqs = self_distill(counting_gpt, CountingCorpus(), 128, 8, 24, 64, temperature=0.0, progress=False)
+    heads = MedusaHeads(32, 3)
+    train_heads(counting_gpt, heads, seqs, 8, steps=300, batch=16, lr=2e-2, progress=False)
+    return heads.eval()
+
+
+TREES = {
+    "chain": Tree((-1, 0, 1), (0, 0, 0)),
+    "star": Tree((-1, -1, -1, -1), (0, 1, 2, 3)),
+    "default": from_accuracies(torch.tensor([[0.5, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.2, 0.1]]), 10),
+    "random": random_tree(12, 3, seed=0),
+}
+
+
+def test_greedy_medusa_equals_plain_decoding_on_every_tree_shape(counting_gpt, trained_heads):
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    prompts = [counting_sequences(1, rng.randint(3, 10), 32, g)[0].tolist() for _ in range(3)]
+    prompts += [[rng.randrange(32) for _ in range(rng.randint(1, 10))] for _ in range(3)]  # not counting
+    accepted = rejected = 0
+    for heads in (trained_heads, random_heads(32, 3, seed=1)):
+        for name, tree in TREES.items():
+            for prompt in prompts:
+                plain = run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 40).token_ids
+                res = run(medusa(counting_gpt, heads, prompt, Sampling(0.0), None, 64, tree), 40)
+                assert res.token_ids == plain, f"tree {name}, prompt {prompt}"
+                accepted, rejected = accepted + res.accepted, rejected + res.rejections
+    assert accepted > 100 and rejected > 10  # long accepted paths and corrections both happened
+
+
+def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt, trained_heads):
+    prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
+    res = run(medusa(counting_gpt, trained_heads, prompt, Sampling(0.0), None, 64, TREES["default"]), 40)
+    assert res.token_ids == run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 40).token_ids
+    assert len(res.token_ids) / res.target_steps > 1.8  # tau, tokens per target forward
+
+
+@pytest.mark.parametrize("rule, temperature", [("greedy", 0.0), ("lossless", 1.0), ("typical", 0.7)])
+def test_cache_after_medusa_steps_equals_plain_decoding(counting_gpt, trained_heads, rule, temperature):
+    cache = KVCache.for_model(counting_gpt, 64)
+    prompt = [3, 5, 7, 9]
+    steps = medusa(counting_gpt, trained_heads, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 64,
+                   TREES["random"], rule, cache)
+    seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
+    n = cache.length
+    assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet
+    expected = KVCache.for_model(counting_gpt, 64)
+    with torch.no_grad():
+        for t in seq[:n]:
+            counting_gpt(torch.tensor([[t]]), cache=expected)
+    torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("medusa")
+    target = random_gpt(vocab_size=8192, n_ctx=64, scale=4.0)
+    target.save(d / "target.safetensors")
+    heads = random_heads(32, 3, seed=0)
+    heads.accuracy = torch.tensor([[0.5, 0.2, 0.1], [0.3, 0.2, 0.1], [0.2, 0.1, 0.1]])
+    heads.target_fingerprint = target.fingerprint()
+    heads.save(d / "heads.safetensors")
+    heads.target_fingerprint = random_gpt(vocab_size=8192, n_ctx=64, seed=5).fingerprint()
+    heads.save(d / "other_heads.safetensors")
+    save_tree(from_choices([(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)]), d / "deep.json")
+    save_tree(from_choices([(0,), (1,), (0, 0)]), d / "small.json")
+    return d
+
+
+def test_cli_medusa_equals_ar(files, capsys):
+    base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
+    generate.main(base)
+    ar = json.loads(capsys.readouterr().out)
+    for tree in ("default", str(files / "small.json")):
+        generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree", tree])
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == ar["token_ids"] and "tau" in out["stats"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--heads", "{d}/none.safetensors"], "not found"),
+    (["--heads", "{d}/other_heads.safetensors"], "different target"),
+    (["--tree", "{d}/deep.json"], "only 3 heads"),
+    (["--tree", "{d}/none.json"], "cannot read tree"),
+    (["--tree-nodes", "0"], "tree-nodes")])
+def test_cli_refuses_bad_medusa_settings(files, argv, message, capsys):
+    argv = [a.format(d=files) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(files / "target.safetensors"), "--method", "medusa",
+                       "--heads", str(files / "heads.safetensors")] + argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_triton_attention_gives_the_same_tokens(files, capsys):
+    """The Triton tree-attention kernel (interpreted on a CPU) against the PyTorch reference path."""
+    pytest.importorskip("triton")
+    base = ["--prompt", "def f(x):", "--max-new-tokens", "12", "--model", str(files / "target.safetensors"), "--json",
+            "--method", "medusa", "--heads", str(files / "heads.safetensors")]
+    generate.main(base + ["--attn", "torch"])
+    reference = json.loads(capsys.readouterr().out)
+    generate.main(base + ["--attn", "triton"])
+    kernel = json.loads(capsys.readouterr().out)
+    assert kernel["token_ids"] == reference["token_ids"] and reference["stats"]["proposed_tokens"] > 0

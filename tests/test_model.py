@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tinyspec.kvcache import KVCache
-from tinyspec.model import GPT, GPTConfig
+from tinyspec.model import GPT, GPTConfig, prefix_mask
 
 transformers = pytest.importorskip("transformers")  # in the test extra, so CI runs these
 
@@ -101,7 +101,7 @@ def test_tree_mask_and_positions_equal_separate_sequences(tmp_path):
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
     with torch.no_grad():
         ours(prefix, cache=cache)
-        tree_logits, _ = ours(torch.tensor([[a, b, c]]), positions=torch.tensor([7, 8, 7]), cache=cache, mask=mask)
+        tree_logits, _ = ours(torch.tensor([[a, b, c]]), positions=torch.tensor([7, 8, 7]), cache=cache, attn_mask=prefix_mask(mask, cache.length))
         ab = hf(torch.cat([prefix, torch.tensor([[a, b]])], 1)).logits[0, -2:]
         c_ = hf(torch.cat([prefix, torch.tensor([[c]])], 1)).logits[0, -1]
     torch.testing.assert_close(tree_logits[0, :2], ab, atol=1e-4, rtol=1e-4)

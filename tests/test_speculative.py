@@ -158,7 +158,7 @@ def test_acceptance_rule_reproduces_p_for_fixed_distributions():
     n = 20000
     for _ in range(n):
         draft = torch.multinomial(q[0], 1, generator=g)
-        accepted, token, _ = accept_or_resample(p, q, draft, g)
+        accepted, token = accept_or_resample(p, q, draft, g)
         counts[int(draft) if accepted else int(token)] += 1
     stat, dof = chi_square(counts, p[0])
     assert stat < critical_value(dof), (counts / n, p[0])
@@ -215,8 +215,8 @@ def test_cli_draft_method_json_stats_and_equality_with_ar(model_files, capsys):
         spec = json.loads(capsys.readouterr().out)
         assert spec["token_ids"] == ar["token_ids"]
         stats = spec["stats"]
-        assert {"draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted"} <= set(stats)
-        assert stats["mean_accepted"] == pytest.approx(stats["new_tokens"] / stats["target_steps"], abs=1e-3)
+        assert {"proposed_tokens", "accepted_tokens", "acceptance_rate", "tau"} <= set(stats)
+        assert stats["tau"] == pytest.approx(stats["new_tokens"] / stats["target_steps"], abs=1e-3)
 
 
 def test_cli_show_colours_tokens(model_files, capsys):

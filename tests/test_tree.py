@@ -19,7 +19,7 @@ def test_hand_drawn_tree():
                      [1, 1, 0, 1, 0, 0],  # 2: root, 0, 2
                      [1, 1, 0, 0, 1, 0],  # 3: root, 0, 3
                      [1, 1, 0, 1, 0, 1]]  # 4: root, 0, 2, 4
-    assert t.ancestor_mask.int().tolist() == expected_mask
+    assert t.tree_mask.int().tolist() == expected_mask
     assert t.depth.tolist() == [0, 1, 1, 2, 2, 3]  # positions are L + depth
     assert t.paths.tolist() == [[0, 2, -1, -1], [0, 1, 4, -1], [0, 1, 3, 5]]  # leaves 1, 3, 4
     assert t.parent_index.tolist() == [0, 0, 1, 1, 3]
@@ -28,10 +28,10 @@ def test_hand_drawn_tree():
 
 def test_chain_and_star():
     chain = Tree((-1, 0, 1), (0, 0, 0))
-    assert chain.ancestor_mask.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+    assert chain.tree_mask.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
     assert chain.depth.tolist() == [0, 1, 2, 3] and chain.paths.tolist() == [[0, 1, 2, 3]]
     star = Tree((-1, -1, -1), (0, 1, 2))
-    assert star.ancestor_mask.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]
+    assert star.tree_mask.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]
     assert star.depth.tolist() == [0, 1, 1, 1] and star.paths.tolist() == [[0, 1], [0, 2], [0, 3]]
 
 

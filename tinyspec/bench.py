@@ -29,17 +29,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .cli import DTYPE_HELP, DTYPES, ArgumentParser, die, pick_device, pick_dtype
-from .files import atomic_write_json
+from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
+                  Decoder, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
 from .decoding import run
-from .generate import DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, decode_steps, load_model
-from .fastpath import fixed_step
-from .kvcache import KVCache
-from .medusa import MedusaHeads
+from .files import atomic_write_json
 from .sampling import Sampling
-from .speculative import AdaptiveK, cost_ratio, expected_speedup
-from .timing import median_seconds
-from .tokenizer import load_tokenizer
+from .speculative import expected_speedup
+from .timing import cost_ratio, step_cost
 from .tree import expected_accepted, from_accuracies
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
@@ -59,34 +55,39 @@ def parse_method(spec: str) -> tuple[str, str]:
 class Runner:
     """Holds the models and runs one method over a list of prompts."""
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed, fixed=False):
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False):
         self.target, self.draft, self.heads, self.device = target, draft, heads, device
-        self.fixed = fixed  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
+        self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
         self.c = cost_ratio(target, draft) if draft is not None else None
         self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
         self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
+        self.decoders = {}  # one per method, made on first use and reused for every prompt
 
     def tree(self, nodes: int):
         if nodes not in self.trees:
             self.trees[nodes] = from_accuracies(self.heads.accuracy, nodes)
         return self.trees[nodes]
 
-    def steps(self, spec, prompt, sampling, generator):
-        name, param = spec
-        if name == "ar":
-            return decode_steps(self.target, prompt, sampling, generator, self.max_new, fixed=self.fixed)
-        if name == "draft":
-            k = AdaptiveK(self.c) if param == "auto" else int(param)
-            return decode_steps(self.target, prompt, sampling, generator, self.max_new, draft=self.draft, k=k)
-        return decode_steps(self.target, prompt, sampling, generator, self.max_new, heads=self.heads,
-                            tree=self.tree(int(param)), fixed=self.fixed)
+    def decoder(self, spec) -> Decoder:
+        if spec not in self.decoders:
+            name, param = spec
+            if name == "ar":
+                self.decoders[spec] = Decoder(self.target, cuda_graph=self.cuda_graph)
+            elif name == "draft":
+                self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if param == "auto" else int(param),
+                                              cost=self.c)
+            else:
+                self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(param)),
+                                              cuda_graph=self.cuda_graph)
+        return self.decoders[spec]
 
     def run(self, spec, prompts, sampling) -> dict:
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
+        decoder = self.decoder(spec)
         for i, prompt in enumerate(prompts):
             generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
-            res = run(self.steps(spec, prompt, sampling, generator), self.max_new, None, None, self.device)
+            res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
             for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
                 totals[key] += getattr(res, key)
             totals["new_tokens"] += len(res.token_ids)
@@ -94,31 +95,10 @@ class Runner:
         return totals
 
 
-@torch.no_grad()
-def step_cost(target, heads, tree, context: int = 128, repeats: int = 10, fixed: bool = False) -> float:
-    """Time of one Medusa step (heads + a target forward over root and tree) over one plain
-    decoding step, both after `context` cached tokens; medians after a warm-up. fixed: both
-    steps as the fixed-shape (CUDA-graph) steps that decoding then uses."""
-    device = target.lm_head.weight.device
-    tree = tree.to(device)
-    x1 = torch.zeros(1, dtype=torch.long, device=device)
-    xt = torch.zeros(len(tree) + 1, dtype=torch.long, device=device)
-    h = torch.zeros(target.config.n_embd, device=device, dtype=target.lm_head.weight.dtype)
-    if fixed:
-        (plain_cache, plain_step), (cache, verify_step) = fixed_step(target, target.config.n_ctx), \
-            fixed_step(target, target.config.n_ctx, tree)
-    else:
-        plain_cache = cache = KVCache.for_model(target, context + len(tree) + 1)
-        plain_step = lambda x, L: target(x.view(1, -1), cache=cache)
-        verify_step = lambda x, L: target(x.view(1, -1), positions=L + tree.depth, cache=cache, mask=tree.ancestor_mask)
-    prefix = torch.zeros(1, context, dtype=torch.long, device=device)
-    target(prefix, cache=cache)
-    if plain_cache is not cache:
-        target(prefix, cache=plain_cache)
-    reset = lambda: (plain_cache.truncate(context), cache.truncate(context))
-    plain = median_seconds(lambda: plain_step(x1, context), device, repeats, setup=reset)
-    tree_time = median_seconds(lambda: (heads(h, target.lm_head), verify_step(xt, context)), device, repeats, setup=reset)
-    return tree_time / plain
+def medusa_step_cost(target, heads, tree, cuda_graph: bool = False) -> float:
+    """One Medusa step (the heads on one hidden state + verifying the tree) over one plain step."""
+    h = torch.zeros(target.config.n_embd, device=target.lm_head.weight.device, dtype=target.lm_head.weight.dtype)
+    return step_cost(target, tree, lambda: heads(h, target.lm_head), cuda_graph=cuda_graph)
 
 
 def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
@@ -182,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
     ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps as recorded CUDA graphs "
-                    "(fastpath.py; CUDA only); draft rows run as usual")
+                    "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
@@ -214,9 +194,9 @@ def main(argv=None) -> None:
         die(f"--categories must be among {', '.join(CATEGORIES)}")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
-    if args.cuda_graph and device.type != "cuda":
-        die("--cuda-graph needs a CUDA device (--device cuda)")
-    enc = load_tokenizer(args.tokenizer)
+    if args.cuda_graph and (device.type != "cuda" or args.attn == "triton"):
+        die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
+    enc = load_encoding(args.tokenizer)
     if not Path(args.prompts).is_file():
         die(f"--prompts {args.prompts} not found: make it with python -m tinyspec.data")
     rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
@@ -231,15 +211,11 @@ def main(argv=None) -> None:
             die(f"a {c} prompt of {max(map(len, prompts[c]))} tokens plus --max-new-tokens {args.max_new_tokens} "
                 f"does not fit the model's context of {target.config.n_ctx}: lower --max-new-tokens")
     draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
-    heads = None
-    if any(n == "medusa" for n, _ in specs):
-        if not Path(args.heads).is_file():
-            die(f"Medusa heads {args.heads} not found: pass --heads, or drop medusa from --methods")
-        heads = MedusaHeads.load(args.heads, device, dtype)
-    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, fixed=args.cuda_graph)
+    heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph)
     for name, param in specs:
         if name == "medusa":
-            runner.step_costs[int(param)] = step_cost(target, heads, runner.tree(int(param)), fixed=args.cuda_graph)
+            runner.step_costs[int(param)] = medusa_step_cost(target, heads, runner.tree(int(param)), args.cuda_graph)
 
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
@@ -295,7 +271,10 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows) -> li
         return []
     from .peer import huggingface_rows
 
-    peers = huggingface_rows(runner, prompts, temperatures, repeats)
+    ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
+                              runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
+    peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
+                             ours)
     for peer in peers:
         same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
         ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] == "hf")]

@@ -4,21 +4,20 @@
     python -m tinyspec.course handout /tmp/hw --chapters sampling,kvcache
     python -m tinyspec.course grade /tmp/hw
 
-Solutions are marked in the source, inside functions:
-
-    # BEGIN SOLUTION kvcache: set the new length, after checking 0 <= n <= length
-    ...the reference code...
-    # END SOLUTION
-
-`handout` copies the project and replaces every marked region of the chosen chapters by
-`raise NotImplementedError("<chapter>: <hint>")`, at the region's indentation, and writes
-GRADING.md naming the tests that grade each chapter. `grade` runs those tests against a
-student's copy (its own `tinyspec` package, not the installed one) and prints a score per
-chapter. The tests are the project's own: a student's code is held to what ours is held to.
+An assignment is a set of whole functions, named in `CHAPTERS` below; the code a reader reads
+carries no markers. `handout` copies the project and replaces the body of each of the chosen
+chapters' functions by `raise NotImplementedError(...)`, keeping its signature and docstring
+(the docstring says what to write), and writes GRADING.md naming the tests that grade each
+chapter. `grade` runs those tests against a student's copy (its own `tinyspec` package, not the
+installed one), shows the failures, prints a score per chapter, and exits with status 1 unless
+every graded test passed. The tests are the project's own: a student's code is held to what
+ours is held to.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import shutil
@@ -26,56 +25,78 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 from .cli import ArgumentParser, die
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "tests", "weights"]
+MANIFEST = ".course.json"  # in a handout: which chapters it hands out
 
-# chapter -> (walkthrough chapter, the tests that grade it)
+
+@dataclass(frozen=True)
+class Chapter:
+    walkthrough: str  # the walkthrough chapter that teaches it
+    functions: tuple[str, ...]  # "file.py:function" or "file.py:Class.method", relative to tinyspec/
+    tests: tuple[str, ...]  # pytest node ids of the tests that grade it (one score point each)
+    needs: tuple[str, ...] = ()  # chapters whose code these tests run too
+
+
 CHAPTERS = {
-    "sampling": ("4 Sampling", ["tests/test_sampling.py::test_matches_huggingface_warpers",
-                                "tests/test_sampling.py::test_greedy_is_one_hot_at_argmax",
-                                "tests/test_sampling.py::test_top_p_keeps_smallest_set_reaching_mass"]),
-    "kvcache": ("3 KV cache", ["tests/test_kvcache.py::test_truncate_then_redecode_equals_fresh_cache",
-                               "tests/test_kvcache.py::test_keep_compacts_an_accepted_tree_path",
-                               "tests/test_kvcache.py::test_keep_rejects_unsorted_or_stale_slots"]),
-    "speculative": ("5 Speculative sampling", ["tests/test_speculative.py::test_greedy_equals_plain_decoding_for_every_k_and_draft",
-                                               "tests/test_speculative.py::test_acceptance_rule_reproduces_p_for_fixed_distributions",
-                                               "tests/test_speculative.py::test_sampled_output_has_the_target_distribution"]),
-    "tree": ("7 Trees and verification", ["tests/test_tree.py::test_hand_drawn_tree", "tests/test_tree.py::test_chain_and_star"]),
-    "verify": ("7 Trees and verification", ["tests/test_verify.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
-                                            "tests/test_verify.py::test_trained_heads_make_greedy_medusa_take_fewer_target_passes"]),
-    "kernel": ("8 The Triton kernel", ["tests/test_tree_attention.py::test_matches_reference",
-                                       "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path"]),
+    "kvcache": Chapter("3 KV cache", ("kvcache.py:KVCache.truncate", "kvcache.py:KVCache.keep"),
+                       ("tests/test_kvcache.py::test_truncate_then_redecode_equals_fresh_cache",
+                        "tests/test_kvcache.py::test_keep_compacts_an_accepted_tree_path",
+                        "tests/test_kvcache.py::test_keep_rejects_unsorted_or_stale_slots")),
+    "sampling": Chapter("4 Sampling", ("sampling.py:probs",),
+                        ("tests/test_sampling.py::test_matches_huggingface_warpers",
+                         "tests/test_sampling.py::test_greedy_is_one_hot_at_argmax",
+                         "tests/test_sampling.py::test_top_p_keeps_smallest_set_reaching_mass")),
+    "speculative": Chapter("5 Speculative sampling", ("speculative.py:accept_or_resample",),
+                           ("tests/test_speculative.py::test_greedy_equals_plain_decoding_for_every_k_and_draft",
+                            "tests/test_speculative.py::test_acceptance_rule_reproduces_p_for_fixed_distributions",
+                            "tests/test_speculative.py::test_sampled_output_has_the_target_distribution"),
+                           needs=("kvcache", "sampling")),
+    "tree": Chapter("7 Trees and verification", ("tree.py:depths", "tree.py:tree_mask", "tree.py:root_to_leaf_paths"),
+                    ("tests/test_tree.py::test_hand_drawn_tree", "tests/test_tree.py::test_chain_and_star")),
+    "verify": Chapter("7 Trees and verification", ("verify.py:longest_accepted_path", "verify.py:greedy"),
+                      ("tests/test_medusa.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
+                       "tests/test_medusa.py::test_trained_heads_make_greedy_medusa_take_fewer_target_passes"),
+                      needs=("kvcache", "sampling", "tree")),
+    "kernel": Chapter("8 The Triton kernel", ("kernels/tree_attention.py:_online_softmax_step",),
+                      ("tests/test_tree_attention.py::test_matches_reference",
+                       "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path")),
 }
 
-BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION (?P<chapter>\w+): (?P<hint>.+)$")
-END = re.compile(r"^\s*# END SOLUTION\s*$")
+
+def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
+    """The function `name` or method `Class.name` defined at the top of a module."""
+    *owner, name = qualname.split(".")
+    body = tree.body
+    if owner:
+        body = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner[0])
+    return next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-def stub_out(text: str, chapters: set[str]) -> tuple[str, int]:
-    """Replace the marked regions of `chapters` in one source file; returns (text, regions)."""
-    out, inside, count = [], None, 0
-    for line in text.splitlines(keepends=True):
-        begin = BEGIN.match(line)
-        if inside is None and begin and begin["chapter"] in chapters:
-            inside = begin
-            hint = begin["hint"].replace('"', "'")
-            out.append(f'{begin["indent"]}raise NotImplementedError("{begin["chapter"]}: {hint}")\n')
-            count += 1
-        elif inside is not None and END.match(line):
-            inside = None
-        elif inside is None:
-            out.append(line)
-    if inside is not None:
-        raise ValueError(f"a BEGIN SOLUTION {inside['chapter']} has no END SOLUTION")
-    return "".join(out), count
+def stub_out(text: str, chapter: str, qualnames) -> str:
+    """`text` with the bodies of `qualnames` replaced by a NotImplementedError naming the task;
+    each keeps its signature and docstring."""
+    lines = text.splitlines(keepends=True)
+    module = ast.parse(text)
+    cuts = []
+    for qualname in qualnames:
+        fn = find_function(module, qualname)
+        doc = fn.body[0] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else None
+        first = (doc.end_lineno if doc else fn.body[0].lineno - 1)  # lines are 1-based: the body starts after this
+        indent = re.match(r"\s*", lines[fn.body[0].lineno - 1]).group()
+        cuts.append((first, fn.end_lineno, f'{indent}raise NotImplementedError("{chapter}: write {qualname} (see its docstring)")\n'))
+    for first, last, stub in sorted(cuts, reverse=True):  # bottom up, so earlier line numbers hold
+        lines[first:last] = [stub]
+    return "".join(lines)
 
 
 def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
-    """Copy the project to out_dir with the chapters' solutions stubbed; returns regions per file."""
+    """Copy the project to out_dir with the chapters' functions stubbed; returns functions per file."""
     if out_dir.exists() and any(out_dir.iterdir()):
         die(f"{out_dir} exists and is not empty: choose a new directory")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
@@ -89,18 +110,25 @@ def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
                 shutil.copytree(src, staging / name, ignore=ignore)
             elif src.is_file():
                 shutil.copy2(src, staging / name)
-        for path in sorted((staging / "tinyspec").rglob("*.py")):
-            if path.name == "course.py":  # its docstring shows the markers
-                continue
-            text, n = stub_out(path.read_text(), set(chapters))
-            if n:
-                path.write_text(text)
-                stubbed[path.relative_to(staging).as_posix()] = n
-        lines = ["# Grading\n", "Run `python -m tinyspec.course grade .` here. Each chapter is graded by these tests:\n"]
         for c in chapters:
-            lines.append(f"\n## {c} (walkthrough chapter {CHAPTERS[c][0]})\n")
-            lines += [f"- `{t}`\n" for t in CHAPTERS[c][1]]
+            by_file = {}
+            for f in CHAPTERS[c].functions:
+                file, qualname = f.split(":")
+                by_file.setdefault(file, []).append(qualname)
+            for file, qualnames in by_file.items():
+                path = staging / "tinyspec" / file
+                path.write_text(stub_out(path.read_text(), c, qualnames))
+                stubbed[f"tinyspec/{file}"] = stubbed.get(f"tinyspec/{file}", 0) + len(qualnames)
+        lines = ["# Grading\n", "Write the functions named below (each docstring says what it must do), then run "
+                 "`python -m tinyspec.course grade .` here. Each chapter is graded by these tests:\n"]
+        for c in chapters:
+            lines.append(f"\n## {c} (walkthrough chapter {CHAPTERS[c].walkthrough})\n\n")
+            lines += [f"- write `tinyspec/{f.replace(':', '`: `')}`\n" for f in CHAPTERS[c].functions]
+            lines += [f"- graded by `{t}`\n" for t in CHAPTERS[c].tests]
+            if CHAPTERS[c].needs:
+                lines.append(f"- these tests also run the code of: {', '.join(CHAPTERS[c].needs)}\n")
         (staging / "GRADING.md").write_text("".join(lines))
+        (staging / MANIFEST).write_text(json.dumps({"chapters": chapters}) + "\n")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         if out_dir.exists():
             out_dir.rmdir()
@@ -108,44 +136,59 @@ def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
     return stubbed
 
 
-def grade(directory: Path, chapters: list[str]) -> dict[str, tuple[int, int]]:
+def grade(directory: Path, chapters: list[str], show=None) -> dict[str, tuple[int, int]]:
     """Run each chapter's tests in `directory` (its own tinyspec first on the path); returns
-    {chapter: (passed, total)}."""
+    {chapter: (tests passed, tests)}, a test counting as passed when all its cases pass.
+    show(text): receives pytest's report of the failures."""
     scores = {}
     env = dict(os.environ, PYTHONPATH=str(directory) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for c in chapters:
+        tests = CHAPTERS[c].tests
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.xml"
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                            *CHAPTERS[c][1]], cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if not report.is_file():
-                scores[c] = (0, len(CHAPTERS[c][1]))
-                continue
-            cases = ET.parse(report).getroot().iter("testcase")
-            results = [not any(child.tag in ("failure", "error", "skipped") for child in case) for case in cases]
-            scores[c] = (sum(results), len(results))
+            p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider",
+                                f"--junitxml={report}", *tests], cwd=directory, env=env, capture_output=True, text=True)
+            failed = {}
+            if report.is_file():
+                for case in ET.parse(report).getroot().iter("testcase"):
+                    name = case.get("name", "").split("[")[0]  # parametrized cases count toward their test
+                    bad = any(child.tag in ("failure", "error", "skipped") for child in case)
+                    failed[name] = failed.get(name, False) or bad
+            passed = sum(failed.get(t.split("::")[1]) is False for t in tests)
+            scores[c] = (passed, len(tests))
+            if passed < len(tests) and show is not None:
+                show(p.stdout + p.stderr)
     return scores
 
 
 def build_parser() -> ArgumentParser:
-    ap = ArgumentParser(prog="python -m tinyspec.course", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m tinyspec.course", description=__doc__.split("\n\n")[0],
+                        epilog="example: python -m tinyspec.course handout /tmp/hw --chapters sampling,kvcache")
     sub = ap.add_subparsers(dest="verb", required=True)
-    sub.add_parser("list", help="the chapters that can be handed out, and their tests")
-    h = sub.add_parser("handout", help="copy the project with solutions replaced by stubs")
-    h.add_argument("out_dir")
+    sub.add_parser("list", help="the chapters that can be handed out, their functions and tests")
+    h = sub.add_parser("handout", help="copy the project with the chapters' functions replaced by stubs")
+    h.add_argument("out_dir", help="a new (or empty) directory for the student's copy")
     h.add_argument("--chapters", default=",".join(CHAPTERS), help="comma-separated (default: all)")
-    g = sub.add_parser("grade", help="run the graded tests against a student's copy")
-    g.add_argument("directory")
-    g.add_argument("--chapters", default=",".join(CHAPTERS), help="comma-separated (default: all)")
+    g = sub.add_parser("grade", help="run the graded tests against a student's copy; exit 1 unless all pass")
+    g.add_argument("directory", help="the student's copy (made by handout)")
+    g.add_argument("--chapters", help="comma-separated (default: the chapters the handout gave out)")
     return ap
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.verb == "list":
-        for c, (chapter, tests) in CHAPTERS.items():
-            print(f"{c:12s} walkthrough {chapter}: {len(tests)} tests")
+        for c, ch in CHAPTERS.items():
+            needs = f"; its tests also run {', '.join(ch.needs)}" if ch.needs else ""
+            print(f"{c:12s} walkthrough {ch.walkthrough}: write {', '.join(ch.functions)}; {len(ch.tests)} tests{needs}")
         return
+    if args.verb == "grade":
+        directory = Path(args.directory)
+        if not (directory / "tinyspec").is_dir() or not (directory / "tests").is_dir():
+            die(f"{directory} does not look like a tinyspec handout (no tinyspec/ and tests/ inside)")
+        if args.chapters is None:
+            manifest = directory / MANIFEST
+            args.chapters = ",".join(json.loads(manifest.read_text())["chapters"]) if manifest.is_file() else ",".join(CHAPTERS)
     chapters = args.chapters.split(",")
     unknown = [c for c in chapters if c not in CHAPTERS]
     if unknown:
@@ -153,17 +196,16 @@ def main(argv=None) -> None:
     if args.verb == "handout":
         stubbed = handout(Path(args.out_dir), chapters)
         for file, n in stubbed.items():
-            print(f"{file}: {n} region(s) to write")
+            print(f"{file}: {n} function(s) to write")
         print(f"handout in {args.out_dir}; see GRADING.md there")
-    else:
-        directory = Path(args.directory)
-        if not (directory / "tinyspec").is_dir() or not (directory / "tests").is_dir():
-            die(f"{directory} does not look like a tinyspec handout (no tinyspec/ and tests/ inside)")
-        total = [0, 0]
-        for c, (passed, n) in grade(directory, chapters).items():
-            print(f"{c:12s} {passed}/{n} tests passed")
-            total = [total[0] + passed, total[1] + n]
-        print(f"{'total':12s} {total[0]}/{total[1]}")
+        return
+    total = [0, 0]
+    for c, (passed, n) in grade(directory, chapters, show=lambda text: print(text, file=sys.stderr)).items():
+        print(f"{c:12s} {passed}/{n} tests passed")
+        total = [total[0] + passed, total[1] + n]
+    print(f"{'total':12s} {total[0]}/{total[1]}")
+    if total[0] < total[1]:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
 """Decoding loops: each method is a generator of what every target forward pass produced.
 
 Plain autoregressive decoding yields one token per target pass; the speculative methods
-(`speculative.py`, `verify.py`) yield several. One driver, `run`, consumes any of them the
+(`speculative.py`, `medusa.py`, ...) yield several. One driver, `run`, consumes any of them the
 same way: it stops at `<|endoftext|>`, at `max_new_tokens` or at the end of the context
 window, streams tokens to a callback, and counts tokens, target passes and wall time.
+
+A loop calls the target through a *forward*: `forward(tokens, L) -> (logits, hidden)` feeds the
+n tokens (n,) after the L cached ones and advances the cache by n. By default it is the model's
+own forward over a `KVCache`; `fastpath.py` makes fixed-shape ones that a CUDA graph can
+replay. The loop does not care which it is given.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from typing import Callable, Iterator
 
 import torch
 
-from .fastpath import fixed_step
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, sample
@@ -22,44 +26,44 @@ from .sampling import Sampling, sample
 
 # Where each produced token came from (Step.sources):
 TARGET = "target"  # chosen by the target itself (plain decoding)
-DRAFT = "draft"  # proposed by the draft model and accepted by the target
-HEAD = "head"  # proposed by a Medusa head and accepted by the target
+ACCEPTED = "accepted"  # proposed (by a draft model, heads, a lookup) and accepted by the target
 CORRECTION = "correction"  # sampled by the target after it rejected a proposal
-BONUS = "bonus"  # sampled by the target after it accepted every proposal
-PROPOSED = (DRAFT, HEAD)
+BONUS = "bonus"  # sampled by the target after it accepted every proposal on its path
 
 
 @dataclass
 class Step:
     """What one target forward pass produced: tokens, where each came from, and how many
     tokens a proposal could add in that pass (0 for plain decoding, k for a draft, the depth of
-    the tree for Medusa: accepted / proposed is then the fraction of proposed positions filled)."""
+    a tree: accepted / proposed is then the fraction of proposed positions filled)."""
     tokens: list[int]
     sources: list[str]
     proposed: int = 0
 
 
+def plain_forward(model: GPT, cache: KVCache) -> Callable:
+    """The ordinary forward over `cache`: the n tokens sit at the next n positions, causally."""
+    return lambda tokens, length: model(tokens[None], cache=cache)
+
+
 @torch.no_grad()
 def autoregressive(model: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
-                   max_len: int, fixed: bool = False) -> Iterator[Step]:
+                   max_len: int, cache: KVCache | None = None, forward: Callable | None = None) -> Iterator[Step]:
     """Plain decoding: one target forward per token; the baseline every speedup is against.
-    fixed: run each step with fixed shapes (fastpath.py), as a CUDA graph on CUDA."""
+    cache: reused if given (emptied first); forward: a one-token forward over it (default: the
+    model's own)."""
     device = model.lm_head.weight.device
-    cache, step = fixed_step(model, model.config.n_ctx) if fixed else (KVCache.for_model(model, max_len), None)
-    x = torch.tensor([prompt], device=device)
-    h = model.hidden(x, cache=cache)  # prefill: the prompt's keys and values enter the cache
+    cache = cache if cache is not None else KVCache.for_model(model, max_len)
+    cache.truncate(0)
+    forward = forward or plain_forward(model, cache)
+    h = model.hidden(torch.tensor([prompt], device=device), cache=cache)  # prefill: the prompt enters the cache
     logits = model.lm_head(h[:, -1])  # only the last position's logits are needed
     while True:
         token = sample(sampling.probs(logits), generator)  # (1,)
         yield Step([int(token)], [TARGET])
         if cache.length == max_len:
             return
-        if step is not None:
-            logits, _ = step(token.view(1), cache.length)
-            cache.advance(1)
-        else:
-            logits, _ = model(token.view(1, 1), cache=cache)
-        logits = logits[:, -1]
+        logits = forward(token.view(1), cache.length)[0][:, -1]
 
 
 @dataclass
@@ -67,48 +71,59 @@ class Result:
     token_ids: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     target_steps: int = 0  # target forward passes, the prefill included
-    proposed: int = 0  # tokens proposed by a draft model or heads
+    proposed: int = 0  # tokens proposed by a draft model, heads or a lookup
     accepted: int = 0  # ... of which the target accepted
     rejections: int = 0  # steps that ended in a rejection (the rest accepted everything)
     wall_s: float = 0.0
-    stop_reason: str = "length"  # "length", "eot" or "context"
+    stop_reason: str = "length"  # "length", "eot", "context" or "interrupted"
 
     def stats(self) -> dict:
         n = len(self.token_ids)
         out = {"new_tokens": n, "target_steps": self.target_steps, "wall_s": round(self.wall_s, 4),
                "tokens_per_s": round(n / self.wall_s, 2) if self.wall_s else 0.0, "stop_reason": self.stop_reason}
         if self.proposed:
-            out.update(draft_tokens=self.proposed, accepted_tokens=self.accepted, rejections=self.rejections,
+            out.update(proposed_tokens=self.proposed, accepted_tokens=self.accepted, rejections=self.rejections,
                        acceptance_rate=round(self.accepted / self.proposed, 4),
                        # tau: tokens per target forward, the correction or bonus token included
-                       mean_accepted=round(n / max(1, self.target_steps), 4))
+                       tau=round(n / max(1, self.target_steps), 4))
         return out
 
 
 def run(steps: Iterator[Step], max_new_tokens: int, stop_id: int | None = None,
         on_step: Callable[[Step], None] | None = None, device: torch.device | None = None) -> Result:
-    """Drive a decoding method: collect its tokens until EOT, max_new_tokens or the context ends."""
+    """Drive a decoding method: collect its tokens until EOT, max_new_tokens or the context ends.
+    Ctrl-C ends the run too (stop reason "interrupted"), so the caller can still show what came."""
     res, reason = Result(), None
     t0 = time.perf_counter()
-    for step in steps:
-        res.target_steps += 1
-        res.proposed += step.proposed
-        room = max_new_tokens - len(res.token_ids)
-        keep = len(step.tokens)
-        if stop_id in step.tokens and step.tokens.index(stop_id) <= room:
-            keep, reason = step.tokens.index(stop_id), "eot"
-        elif keep >= room:
-            keep, reason = room, "length"
-        res.token_ids += step.tokens[:keep]
-        res.sources += step.sources[:keep]
-        res.accepted += sum(s in PROPOSED for s in step.sources[:keep])
-        res.rejections += CORRECTION in step.sources[:keep]
-        if on_step and keep:
-            on_step(Step(step.tokens[:keep], step.sources[:keep]))
-        if reason:
-            break
+    try:
+        for step in steps:
+            reason = _take(res, step, max_new_tokens, stop_id, on_step)
+            if reason:
+                break
+    except KeyboardInterrupt:
+        reason = "interrupted"
     res.stop_reason = reason or "context"  # the method ran out of context window
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def _take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_step) -> str | None:
+    """Add one step's tokens to the result, up to the budget or end of text; returns the stop
+    reason if the run ends here."""
+    res.target_steps += 1
+    res.proposed += step.proposed
+    room = max_new_tokens - len(res.token_ids)
+    keep, reason = len(step.tokens), None
+    if stop_id in step.tokens[:room]:  # end of text within the budget (past it, the budget ends first)
+        keep, reason = step.tokens.index(stop_id), "eot"
+    elif keep >= room:
+        keep, reason = room, "length"
+    res.token_ids += step.tokens[:keep]
+    res.sources += step.sources[:keep]
+    res.accepted += step.sources[:keep].count(ACCEPTED)
+    res.rejections += CORRECTION in step.sources[:keep]
+    if on_step and keep:
+        on_step(Step(step.tokens[:keep], step.sources[:keep]))
+    return reason

@@ -1,37 +1,37 @@
-"""Fixed-shape decoding steps, so that a whole step can be replayed as one CUDA graph.
+"""Fixed-shape inputs for the one forward, so that a whole step can be replayed as a CUDA graph.
 
 A small model decodes slowly on a GPU for a reason that has nothing to do with arithmetic: a
 forward launches about a hundred small kernels, and Python takes longer to launch them than the
 GPU takes to run them. A CUDA graph records the launches of a step once and replays them all
 with one call (what gpt-fast gets from `torch.compile(mode="reduce-overhead")`). A replay runs
-the same kernels on the same memory with the same shapes, so the recorded step must not depend
-on anything the host decides per step. In `GPT.forward` three things do:
+the same kernels on the same memory with the same shapes, so nothing in the recorded step may
+depend on what the host decides per step. `GPT.hidden` is that forward already; only three of
+its inputs change here:
 
-- the cache is written at the Python slice `length:length + n` and read up to `length + n`;
-- the attention mask is built with `length` columns of prefix;
-- the positions `length + depth` are made on the host.
+- the cache: `KVCache.update` writes at the Python slice `length:length + n` and returns
+  `length + n` keys. `SlotWriter` writes at slots given as a device tensor (`index_copy_`) and
+  returns every slot of the cache, all `max_len` of them;
+- the attention mask: `slot_mask` hides the slots not yet written, computed on the device from
+  L (a 0-d tensor), and applies the tree mask at slots L .. L + n - 1;
+- the positions: `L + depth`, added on the device.
 
-Here the n = T + 1 tokens of a step (a root and a tree of T nodes; T = 0 for plain decoding)
-are written at slots `L + 0..n-1` given as a device tensor (`index_copy_`); attention reads all
-`max_len` slots of the cache through a mask that hides the slots not yet written, computed on
-the device from L (a 0-d tensor); and the positions are `L + depth` on the device. Only n is
-fixed, per step object. The tokens and L are copied into the graph's input tensors before each
-replay; nothing is read back to the host inside a step.
+Only n, the number of tokens a step feeds (1 for plain decoding, 1 + T to verify a tree of T
+nodes), is fixed per `FixedForward`. The tokens and L are copied into the graph's input tensors
+before each replay; nothing is read back to the host inside a step.
 
-`FixedStep` runs this eagerly on any device (the tests compare it with `GPT.forward` on a CPU);
-`CUDAGraphStep` captures it once and replays it. Both leave `cache.length` to the caller, who
-advances it by n after the step (and then truncates or `keep`s, as the decoding loop decides).
+`FixedForward` runs this eagerly on any device (the tests compare it with the ordinary forward on
+a CPU); `CUDAGraphForward` records it once and replays it. Both are called like every forward of
+a decoding loop, `forward(tokens, L) -> (logits, hidden)`, and advance the cache by n afterwards,
+as `GPT.hidden` does for a `KVCache`. The caller makes them, owns them, and may reuse them for
+the next prompt (recording costs several forwards).
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from .kvcache import KVCache
-from .model import GPT
-from .tree import Tree
+from .model import GPT, causal_mask
 
 
 class SlotWriter:
@@ -46,62 +46,64 @@ class SlotWriter:
         self.cache.v[layer].index_copy_(2, self.slots, v)
         return self.cache.k[layer], self.cache.v[layer]
 
+    def advance(self, n: int) -> None:
+        """Nothing: a graph replay runs no Python, so the forward's owner advances the cache."""
 
-class FixedStep:
-    """One forward over n = T + 1 tokens at slots L .. L + T, whose shapes do not depend on L.
 
-    ancestors (n, n) bool: token a may see token b (`Tree.ancestor_mask`; [[True]] for plain
-    decoding); depth (n,): token a sits at position L + depth[a]."""
+def slot_mask(tree_mask: torch.Tensor, length: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(n, max_len) bool: every slot below L (a 0-d device tensor), then `tree_mask` (n, n) at
+    slots L .. L + n - 1, and nothing beyond."""
+    n = tree_mask.shape[0]
+    rel = torch.arange(max_len, device=tree_mask.device) - length  # slot s holds new token s - L
+    in_step = (rel >= 0) & (rel < n)
+    return (rel < 0) | (tree_mask[:, rel.clamp(0, n - 1)] & in_step)
 
-    def __init__(self, model: GPT, cache: KVCache, ancestors: torch.Tensor, depth: torch.Tensor):
+
+class FixedForward:
+    """`model` over n tokens at slots L .. L + n - 1 of `cache`, with shapes that do not depend on L.
+
+    tree_mask (n, n) bool and depth (n,): token a sees token b among the n, and sits at
+    position L + depth[a]. The default is plain decoding: one token, depth 0."""
+
+    def __init__(self, model: GPT, cache: KVCache, tree_mask: torch.Tensor | None = None,
+                 depth: torch.Tensor | None = None):
         device = cache.k.device
+        if model.attn_impl != "torch":
+            raise ValueError("fixed-shape steps attend over every slot with SDPA: use set_attention('torch')")
         self.model, self.cache = model, cache
-        self.ancestors, self.depth = ancestors.to(device), depth.to(device)
-        self.n = len(depth)
+        self.tree_mask = (causal_mask(1) if tree_mask is None else tree_mask).to(device)
+        self.depth = (torch.zeros(1, dtype=torch.long) if depth is None else depth).to(device)
+        self.n = len(self.depth)
         self.offsets = torch.arange(self.n, device=device)
-        self.slot_ids = torch.arange(cache.max_len, device=device)
-
-    @classmethod
-    def plain(cls, model: GPT, cache: KVCache) -> "FixedStep":
-        """The plain decoding step: one token, which sees the prefix and itself."""
-        return cls(model, cache, torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.long))
-
-    def mask(self, length: torch.Tensor) -> torch.Tensor:
-        """(n, max_len) bool: every slot below L, then the ancestor mask at slots L .. L + T."""
-        rel = self.slot_ids - length  # slot s holds tree token s - L
-        in_step = (rel >= 0) & (rel < self.n)
-        return (rel < 0) | (self.ancestors[:, rel.clamp(0, self.n - 1)] & in_step)
 
     def forward(self, tokens: torch.Tensor, length: torch.Tensor):
         """tokens (n,) long and length (0-d long), both on the device -> logits (1, n, V), hidden (1, n, C)."""
-        wte, wpe = self.model.transformer.wte, self.model.transformer.wpe
-        x = (wte(tokens) + wpe(length + self.depth))[None]
-        writer, mask = SlotWriter(self.cache, length + self.offsets), self.mask(length)
-        for layer, block in enumerate(self.model.transformer.h):
-            x = block(x, layer, writer, mask)  # SDPA over all max_len slots, hidden ones masked
-        h = self.model.transformer.ln_f(x)
-        return self.model.lm_head(h), h
+        return self.model(tokens[None], positions=length + self.depth, cache=SlotWriter(self.cache, length + self.offsets),
+                          attn_mask=slot_mask(self.tree_mask, length, self.cache.max_len))
 
     def __call__(self, tokens: torch.Tensor, length: int):
-        """Run the step for `tokens` (n,) after `length` cached tokens; the caller advances the cache."""
+        """Feed `tokens` (n,) after `length` cached tokens, then advance the cache by n."""
         if length + self.n > self.cache.max_len:
             raise ValueError(f"KV cache is full: {length + self.n} slots needed, {self.cache.max_len} allocated")
-        return self.run(tokens, length)
+        out = self.run(tokens, length)
+        self.cache.advance(self.n)
+        return out
 
     def run(self, tokens: torch.Tensor, length: int):
         return self.forward(tokens, torch.tensor(length, device=tokens.device))
 
 
-class CUDAGraphStep(FixedStep):
-    """A FixedStep recorded once as a CUDA graph and replayed with new inputs.
+class CUDAGraphForward(FixedForward):
+    """A FixedForward recorded once as a CUDA graph and replayed with new inputs.
 
-    Recording runs the step (on a side stream, three times, then once captured), which writes
-    n keys and values at slots 0 .. n-1: build it while the cache is still empty, before the
+    Recording runs the forward (on a side stream, three times, then once captured), which writes
+    n keys and values at slots 0 .. n-1: make it while the cache is still empty, before the
     prefill. The returned logits and hidden states are the graph's own output buffers, which
     the next replay overwrites: use them (or copy them) before calling again."""
 
-    def __init__(self, model: GPT, cache: KVCache, ancestors: torch.Tensor, depth: torch.Tensor):
-        super().__init__(model, cache, ancestors, depth)
+    def __init__(self, model: GPT, cache: KVCache, tree_mask: torch.Tensor | None = None,
+                 depth: torch.Tensor | None = None):
+        super().__init__(model, cache, tree_mask, depth)
         device = cache.k.device
         self.tokens = torch.zeros(self.n, dtype=torch.long, device=device)  # the graph's inputs
         self.length = torch.zeros((), dtype=torch.long, device=device)
@@ -122,20 +124,8 @@ class CUDAGraphStep(FixedStep):
         return self.logits, self.hidden
 
 
-_MADE: "weakref.WeakKeyDictionary[GPT, dict]" = weakref.WeakKeyDictionary()
-
-
-def fixed_step(model: GPT, max_len: int, tree: Tree | None = None) -> tuple[KVCache, FixedStep]:
-    """An empty cache of `max_len` slots and a fixed-shape step over it: plain decoding without
-    a tree, verification of `tree` with one. On CUDA the step is a recorded CUDA graph, elsewhere
-    it runs eagerly. Both are made once per model, length and tree, and handed out again
-    (emptied) on later calls: recording costs several forwards, too much to pay per prompt. So
-    one sequence at a time decodes with them."""
-    made = _MADE.setdefault(model, {})
-    if (max_len, tree) not in made:
-        cache = KVCache.for_model(model, max_len)
-        kind = CUDAGraphStep if cache.k.device.type == "cuda" else FixedStep
-        made[max_len, tree] = kind.plain(model, cache) if tree is None else kind(model, cache, tree.ancestor_mask, tree.depth)
-    step = made[max_len, tree]
-    step.cache.truncate(0)
-    return step.cache, step
+def fixed_forward(model: GPT, cache: KVCache, tree=None) -> FixedForward:
+    """The fixed-shape forward for plain decoding (no tree) or for verifying `tree` (root + its
+    T nodes) over `cache`: recorded as a CUDA graph on CUDA, run eagerly elsewhere."""
+    kind = CUDAGraphForward if cache.k.device.type == "cuda" else FixedForward
+    return kind(model, cache) if tree is None else kind(model, cache, tree.tree_mask, tree.depth)

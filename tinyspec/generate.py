@@ -6,8 +6,8 @@
     python -m tinyspec.generate --prompt-file prompts.jsonl --json --temperature 0
 
 The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model) and
-`verify.py` (Medusa trees); this file reads prompts and flags, loads the models, and streams
-text or prints JSON.
+`medusa.py` (Medusa trees), with the acceptance rules in `verify.py`; this file reads prompts and
+flags, loads the models (`cli.py`), and streams text or prints JSON.
 """
 
 from __future__ import annotations
@@ -21,24 +21,18 @@ from pathlib import Path
 
 import torch
 
-from .cli import DTYPE_HELP, DTYPES, WEIGHTS, ArgumentParser, die, pick_device, pick_dtype
-from .decoding import BONUS, CORRECTION, DRAFT, HEAD, Step, autoregressive, run
-from .medusa import MedusaHeads, fingerprint
+from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
+                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
+from .medusa import MedusaHeads
 from .model import GPT
 from .sampling import Sampling
-from .speculative import AdaptiveK, cost_ratio, speculative
-from .timing import copy_bandwidth, weight_bytes
-from .tokenizer import load_tokenizer
+from .timing import copy_bandwidth, cost_ratio, weight_bytes
 from .tree import from_accuracies, load_tree
-from .verify import medusa
-
-DEFAULT_MODEL = WEIGHTS / "target.safetensors"
-DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
-DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
-DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
+from .verify import RULES
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
-COLOURS = {DRAFT: "\033[32m", HEAD: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
+COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
 
 
@@ -63,16 +57,6 @@ def read_prompts(args) -> list[str]:
         except (json.JSONDecodeError, KeyError, TypeError):
             die(f"--prompt-file {path}, line {i}: expected a JSON object with a \"prompt\" field")
     return prompts
-
-
-def load_model(path: str | Path, device: torch.device, dtype: torch.dtype, what: str = "model") -> GPT:
-    path = Path(path)
-    if not path.exists():
-        die(f"{what} weights {path} not found: pass --{what} PATH, or train them (see README)")
-    try:
-        return GPT.from_hf(path, device=device, dtype=dtype).eval()
-    except (ValueError, FileNotFoundError) as e:
-        die(f"cannot load {what} weights: {e}")
 
 
 class Printer:
@@ -113,9 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tree", default="default", help="medusa: 'default' (built from the heads' measured accuracies) "
                     "or a JSON file {\"choices\": [[0], [1], [0, 0], ...]}")
     ap.add_argument("--tree-nodes", type=int, default=16, help="medusa: nodes in the default tree")
-    ap.add_argument("--accept", choices=["greedy", "typical", "lossless"], default=None,
-                    help="medusa: acceptance rule (default: greedy at temperature 0, else lossless; typical is "
-                    "Medusa's fast rule and does NOT keep the target's distribution)")
+    ap.add_argument("--accept", choices=list(RULES), default=None,
+                    help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
+                    "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
+                    "top-k (deterministic) proposals; block: block verification of a draft's chain (exact, accepts "
+                    "at least as much as lossless); typical: Medusa's fast rule, which does NOT keep the target's "
+                    "distribution")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch",
                     help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
                     "CPU it runs in Triton's interpreter when TRITON_INTERPRET=1 is set: slow, for checking)")
@@ -134,36 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def decode_steps(target: GPT, prompt: list[int], sampling: Sampling, generator, max_new_tokens: int,
-                 draft: GPT | None = None, k: int | AdaptiveK = 4, heads: MedusaHeads | None = None, tree=None,
-                 rule: str | None = None, fixed: bool = False):
-    """The decoding method chosen by the arguments: Medusa if heads are given, draft-model
-    speculation if a draft is, plain decoding otherwise. Caches are sized for the output plus
-    the look-ahead a step needs, within the context window. fixed: fixed-shape steps (CUDA
-    graphs on CUDA; fastpath.py) for plain decoding and Medusa."""
-    n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
-    limit = len(prompt) + max_new_tokens
-    if heads is not None:
-        rule = rule or ("greedy" if sampling.temperature == 0 else "lossless")
-        return medusa(target, heads, prompt, sampling, generator, min(n_ctx, limit + len(tree) + 1), tree, rule,
-                      fixed=fixed)
-    if draft is not None:
-        lookahead = k.k_max if isinstance(k, AdaptiveK) else k
-        return speculative(target, draft, prompt, sampling, generator, min(n_ctx, limit + lookahead), k)
-    return autoregressive(target, prompt, sampling, generator, min(n_ctx, limit), fixed=fixed)
-
-
-def load_heads_and_tree(args, model: GPT, device, dtype):
+def load_heads_and_tree(args, model: GPT, device, dtype) -> tuple[MedusaHeads, object]:
     """The Medusa heads (checked against the target) and the tree they propose."""
-    if not Path(args.heads).is_file():
-        die(f"Medusa heads {args.heads} not found: pass --heads PATH, or train them (python -m tinyspec.train medusa)")
-    try:
-        heads = MedusaHeads.load(args.heads, device, dtype)
-    except ValueError as e:
-        die(str(e))
-    if heads.target_fingerprint and heads.target_fingerprint != fingerprint(model):
-        die(f"the heads in {args.heads} were trained for a different target model: train heads for this one "
-            "(python -m tinyspec.train medusa --target ...)")
+    heads = load_heads(args.heads, model, device, dtype)
     if args.tree == "default":
         if heads.accuracy is None:
             die(f"{args.heads} records no head accuracies to build a default tree from: pass --tree FILE.json")
@@ -202,8 +162,8 @@ def parse_k(args) -> int | None:
 def summary(stats: dict) -> str:
     line = f"{stats['new_tokens']} tokens in {stats['wall_s']:.2f}s ({stats['tokens_per_s']:.1f} tokens/s), " \
            f"{stats['target_steps']} target forwards"
-    if "mean_accepted" in stats:
-        line += f", acceptance {stats['acceptance_rate']:.0%}, tau {stats['mean_accepted']:.2f} tokens per target forward " \
+    if "tau" in stats:
+        line += f", acceptance {stats['acceptance_rate']:.0%}, tau {stats['tau']:.2f} tokens per target forward " \
                 "(correction/bonus token included)"
     line += f"; target weights read at {stats['weights_GBps']:.1f} GB/s"
     if "of_copy_bandwidth" in stats:
@@ -223,12 +183,12 @@ def main(argv=None) -> None:
     k = parse_k(args) if args.method == "draft" else None
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method == "draft"):
-        die("--cuda-graph needs a CUDA device (--device cuda) and --method ar or medusa")
-    try:
-        enc = load_tokenizer(args.tokenizer)
-    except (FileNotFoundError, ValueError) as e:
-        die(f"cannot load the tokenizer: {e}")
+    if args.cuda_graph and (device.type != "cuda" or args.method == "draft" or args.attn == "triton"):
+        die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
+    problem = check_rule(args.method, args.accept)
+    if problem:
+        die(problem)
+    enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
     if args.attn == "triton":
         if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -257,12 +217,12 @@ def main(argv=None) -> None:
         if len(ids) >= n_ctx:
             die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
     c = cost_ratio(model, draft) if draft is not None and k is None else None
+    decoder = Decoder(model, args.method, draft, "auto" if k is None else k, heads, tree, args.accept,
+                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):
         generator = torch.Generator(device=device).manual_seed(args.seed)
-        k_or_policy = k if k is not None else AdaptiveK(c, args.k_max)
-        steps = decode_steps(model, ids, sampling, generator, args.max_new_tokens, draft, k_or_policy, heads, tree,
-                             args.accept, fixed=args.cuda_graph)
+        steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
         printer = None if args.json else Printer(enc, show=args.show)
         if printer:
             print(prompt, end="", flush=True)

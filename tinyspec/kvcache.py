@@ -52,12 +52,11 @@ class KVCache:
         self.length += n
 
     def truncate(self, n: int) -> None:
-        """Keep only the first n slots (roll back everything after them)."""
-        # BEGIN SOLUTION kvcache: check 0 <= n <= length (ValueError otherwise), then roll back to n slots
+        """Keep only the first n slots (roll back everything after them); a ValueError unless
+        0 <= n <= length. Nothing is erased: the next update simply writes over them."""
         if not 0 <= n <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {n}")
         self.length = n
-        # END SOLUTION
 
     def keep(self, slots) -> None:
         """Keep slots [0, s0) and then exactly `slots` (ascending, s0 = slots[0]), moved down into
@@ -65,8 +64,8 @@ class KVCache:
 
         Example: after verifying a tree, slot 10 holds the last accepted token and slots 11..17
         the 7 tree nodes. If nodes 0 and 3 (slots 11 and 14) are the accepted path,
-        `keep([10, 11, 14])` leaves slots 0..12 = prefix, root, node 0, node 3; length 13."""
-        # BEGIN SOLUTION kvcache: check the slots ascend below length (ValueError otherwise), move them down to slots[0], slots[0] + 1, ..., set the length
+        `keep([10, 11, 14])` leaves slots 0..12 = prefix, root, node 0, node 3; length 13.
+        A ValueError unless the slots ascend and lie below the length."""
         slots = torch.as_tensor(slots, dtype=torch.long)
         start = int(slots[0])
         if slots[-1] >= self.length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
@@ -77,4 +76,3 @@ class KVCache:
         self.k[:, :, :, start:end] = self.k.index_select(3, slots)
         self.v[:, :, :, start:end] = self.v.index_select(3, slots)
         self.length = end
-        # END SOLUTION

@@ -1,4 +1,5 @@
-"""Medusa heads (Cai et al. 2024, arXiv:2401.10774): guess several tokens ahead from one hidden state.
+"""Medusa (Cai et al. 2024, arXiv:2401.10774): heads that guess several tokens ahead from one
+hidden state, and the decoding loop that verifies their guesses as a tree.
 
 The target's final hidden state h_t at position t already feeds its LM head, which predicts
 x_{t+1}. Medusa adds K small heads on the same h_t; head i (i = 1..K) predicts x_{t+1+i}, the
@@ -11,31 +12,40 @@ followed by the target's own LM head (shared and frozen):
 frozen one keeps a head at n_embd^2 + n_embd parameters.)
 
 W_i and b_i start at zero, so a new head is the base LM head exactly, and training only has to
-learn the shift by i tokens. The heads are trained "Medusa-1" style: the target stays frozen,
-and the data is *self-distilled*: text the target generated itself, so the heads learn what the
-target will say, not what the corpus says. The loss of head i is the cross-entropy against the
-target's own next-token distribution at position t + i (soft labels; the target is available
-anyway), weighted by 0.8^i so that nearer heads, whose guesses are verified more often, count
-more (Cai et al. use the same decay).
+learn the shift by i tokens. The heads are trained "Medusa-1" style on the frozen target's own
+text (`distill.py`).
+
+One decoding step (`medusa` below), with h the hidden state of the token *before* the root:
+the root is the last token the target chose (from h's LM-head logits), and head i's guesses
+from h are candidates for the token i places after the root:
+
+1. propose: the heads turn h into a tree of candidates below the root (`propose`): node i is the
+   ranks[i]-th best guess of the head for its depth, or a sample from that head's distribution;
+2. verify: the target reads the root and the T nodes in ONE forward, each node at position
+   L + depth, seeing only its ancestors (`Tree.tree_mask`);
+3. accept: a rule from `verify.py` walks the tree and returns the accepted path and the
+   target's next token, which becomes the next root;
+4. the cache keeps the root and the accepted path (`KVCache.keep`), and h becomes the hidden
+   state of the last accepted token.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+from typing import Callable, Iterator
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from .data import TokenFile
+from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
-from .model import GPT
-from .sampling import probs, sample
+from .model import GPT, prefix_mask
+from .sampling import Sampling, sample
+from .tree import Tree
+from .verify import RULES, SAMPLED
 
 
 class ResBlock(nn.Module):
@@ -90,108 +100,55 @@ class MedusaHeads(nn.Module):
         return heads.to(device=device, dtype=dtype).eval()
 
 
-def fingerprint(model: GPT) -> str:
-    """A short hash of the target's token embedding: heads are only valid on the target they
-    were trained on (same shape is not enough)."""
-    w = model.transformer.wte.weight.detach().float().cpu().contiguous()
-    return hashlib.sha1(w.numpy().tobytes()).hexdigest()[:16]
-
-
-def medusa_loss(head_logits: torch.Tensor, target_logits: torch.Tensor,
-                decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
-    """Sum over heads i of decay^i * CE(p_target at t + i, head i at t).
-
-    head_logits (K, B, T, V); target_logits (B, T, V): the frozen target's logits, whose row
-    t + i is its distribution of x_{t+1+i}, the token head i guesses at t. Head i is trained
-    at t = 0 .. T-1-i, where that label exists. Returns the loss and each head's own loss."""
-    K, B, T, V = head_logits.shape
-    total, per_head = 0.0, []
-    for i in range(1, K + 1):
-        guess = head_logits[i - 1, :, : T - i].float()  # (B, T - i, V): head i at t = 0 .. T-1-i
-        label = torch.softmax(target_logits[:, i:].float(), -1)  # target at t + i
-        per_head.append(-(label * F.log_softmax(guess, -1)).sum(-1).mean())
-        total = total + decay ** i * per_head[-1]
-    return total, [float(x.detach()) for x in per_head]
+def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, sampled: bool, generator):
+    """Step 1: the tree's T tokens from the heads' logits (K, V), and q (T+1, V) when sampled.
+    Top-k: node i is the ranks[i]-th best guess of the head for its depth. Sampled: node i is
+    drawn from that head's distribution q, independently of every other node."""
+    depth = tree.depth - 1  # (T+1,): which head guesses each node (the root's -1 is never read)
+    if sampled:
+        q = sampling.probs(head_logits)[depth.clamp(min=0)]  # (T+1, V): node a was drawn from q[a]
+        return sample(q[1:], generator), q
+    ranks = torch.tensor(tree.ranks, device=head_logits.device)
+    top = head_logits.topk(int(ranks.max()) + 1, dim=-1).indices  # (K, max rank + 1)
+    return top[depth[1:], ranks], None
 
 
 @torch.no_grad()
-def self_distill(model: GPT, tokens: TokenFile, n_sequences: int, prompt_len: int, gen_len: int, batch: int,
-                 temperature: float, seed: int = 0, progress: bool = True) -> np.ndarray:
-    """The target continues random corpus windows: (n_sequences, prompt_len + gen_len) uint16.
-    Batched plain decoding with the KV cache, greedy (temperature 0) or sampled."""
-    device = model.lm_head.weight.device
-    g = torch.Generator().manual_seed(seed)
-    g_dev = torch.Generator(device=device).manual_seed(seed)
-    rows = []
-    for start in tqdm(range(0, n_sequences, batch), desc=f"self-distilling (T={temperature})", disable=not progress):
-        b = min(batch, n_sequences - start)
-        x = tokens.batch(b, prompt_len, g)[0].to(device)  # (b, P)
-        cache = KVCache.for_model(model, prompt_len + gen_len, batch=b)
-        logits = model.lm_head(model.hidden(x, cache=cache)[:, -1])
-        out = [x]
-        for t in range(gen_len):
-            nxt = sample(probs(logits, temperature), g_dev).view(b, 1)
-            out.append(nxt)
-            if t + 1 < gen_len:
-                logits = model(nxt, cache=cache)[0][:, -1]
-        rows.append(torch.cat(out, 1).cpu().numpy().astype(np.uint16))
-    return np.concatenate(rows)
+def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
+           max_len: int, tree: Tree, rule: str = "greedy", cache: KVCache | None = None,
+           forward: Callable | None = None) -> Iterator[Step]:
+    """Medusa decoding; yields one `Step` per target forward pass.
 
-
-@torch.no_grad()
-def head_accuracy(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_len: int, top: int = 10,
-                  batch: int = 16) -> torch.Tensor:
-    """accuracy[i - 1, r]: how often head i's r-th best guess is the target's greedy choice for
-    x_{t+1+i}, over the generated part of held-out self-distilled sequences."""
-    device = model.lm_head.weight.device
-    hits, count = torch.zeros(heads.n_heads, top), 0
-    for start in range(0, len(sequences), batch):
-        x = torch.from_numpy(sequences[start:start + batch].astype(np.int64)).to(device)
-        h = model.hidden(x)
-        greedy = model.lm_head(h).argmax(-1)  # (B, T): the target's choice for x_{t+1}
-        guesses = heads(h, model.lm_head).topk(top, dim=-1).indices  # (K, B, T, top)
-        T = x.shape[1]
-        span = slice(prompt_len - 1, T - heads.n_heads)  # t whose every head has a label in range
-        for i in range(1, heads.n_heads + 1):
-            label = greedy[:, span.start + i: span.stop + i]  # target's choice at t + i
-            hits[i - 1] += (guesses[i - 1, :, span] == label[..., None]).float().sum((0, 1)).cpu()
-        count += x.shape[0] * (span.stop - span.start)
-    return hits / count
-
-
-def train_heads(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_len: int, steps: int, batch: int,
-                lr: float, seed: int = 0, progress: bool = True, window: int | None = None) -> list[float]:
-    """Medusa-1 training: the target is frozen, only the heads' residual blocks learn. Returns
-    each head's loss averaged over the last 10% of steps.
-
-    The target reads whole sequences, but with `window` the heads are trained on a random
-    stretch of that many positions per batch (in the generated part): the K shared-LM-head
-    projections dominate the cost, and more sequences per step beat more positions of each."""
-    from .train import lr_at  # the same warm-up + cosine schedule as the models
-
-    device = model.lm_head.weight.device
-    model.requires_grad_(False)
-    opt = torch.optim.AdamW(heads.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    g = torch.Generator().manual_seed(seed)
-    T, K = sequences.shape[1], heads.n_heads
-    first = prompt_len - 1  # train where the context is the target's own text
-    span = T - first if window is None else min(window + K, T - first)
-    tail = []
-    bar = tqdm(range(steps), desc="training heads", disable=not progress)
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr, max(1, steps // 20))
-        rows = torch.randint(len(sequences), (batch,), generator=g)
-        x = torch.from_numpy(sequences[rows.numpy()].astype(np.int64)).to(device)
-        with torch.no_grad():
-            target_logits, hidden = model(x)
-        start = first + int(torch.randint(T - first - span + 1, (1,), generator=g))
-        part = slice(start, start + span)
-        loss, per_head = medusa_loss(heads(hidden[:, part], model.lm_head), target_logits[:, part])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}", head1=f"{per_head[0]:.2f}")
-        if step >= steps * 0.9:
-            tail.append(per_head)
-    return [sum(col) / len(col) for col in zip(*tail)] if tail else []
+    rule: a name from `verify.RULES` (lossless rules at T > 0: pointmass, or lossless with
+    sampled trees). cache: reused if given (emptied first). forward(tokens, L) verifies the root
+    and the tree over it (default: the model's own forward with the tree's positions and mask;
+    `fastpath.fixed_forward` makes a fixed-shape one)."""
+    if rule not in RULES or rule == "block":
+        raise ValueError(f"unknown tree acceptance rule {rule!r}: use one of greedy, typical, lossless, pointmass")
+    device = target.lm_head.weight.device
+    tree = tree.to(device)
+    accept, sampled = RULES[rule], rule in SAMPLED
+    cache = cache if cache is not None else KVCache.for_model(target, max_len)
+    cache.truncate(0)
+    forward = forward or (lambda x, L: target(x[None], positions=L + tree.depth, cache=cache,
+                                              attn_mask=prefix_mask(tree.tree_mask, L)))
+    n_ctx = target.config.n_ctx
+    h = target.hidden(torch.tensor([prompt], device=device), cache=cache)[0, -1]  # (C,) at the last prompt token
+    root = sample(sampling.probs(target.lm_head(h)), generator)  # the first new token: plain decoding
+    yield Step([int(root)], [TARGET])
+    while cache.length < max_len:
+        L = cache.length
+        if L + 1 + len(tree) > max_len or L + tree.max_depth >= n_ctx:  # no room for a tree: a plain step
+            logits, hidden = target(root.view(1, 1), cache=cache)
+            h, root = hidden[0, -1], sample(sampling.probs(logits[0, -1]), generator)
+            yield Step([int(root)], [TARGET])
+            continue
+        tokens, q = propose(heads(h, target.lm_head), tree, sampling, sampled, generator)  # 1. propose
+        x = torch.cat([root.view(1), tokens])  # (T+1,): root, then the tree
+        logits, hidden = forward(x, L)  # 2. verify: one target forward over root and tree
+        path, root = accept(x, sampling.probs(logits[0]), tree, q, generator)  # 3. accept
+        cache.keep((L + path).tolist())  # 4. the root (slot L) and the accepted nodes, compacted
+        h = hidden[0, path[-1]]
+        accepted = x[path[1:]].tolist()
+        kind = CORRECTION if tree.children(int(path[-1])) else BONUS
+        yield Step(accepted + [int(root)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth)

@@ -4,17 +4,24 @@ Pre-LayerNorm transformer blocks, learned position embeddings, GELU with the tan
 approximation, biases everywhere, and an LM head tied to the token embedding: exactly GPT-2,
 so Hugging Face GPT-2 checkpoints load here (`GPT.from_hf`) and ours load there (`to_hf`).
 
-Two things differ from a training-only GPT, and both exist for speculative decoding:
-- `forward` takes the *position* of every input token explicitly and an optional boolean
-  `mask` over the new tokens. A token tree (Medusa, `tree.py`) is fed as one batch whose tokens
-  sit at positions L + depth and may only see their ancestors.
-- with a `KVCache` the new tokens attend to everything already cached, and their keys/values
-  are appended to it. The forward returns the final hidden states as well as the logits,
-  because Medusa's heads predict from the hidden state.
+There is ONE forward, `GPT.hidden`, and everything speculative decoding needs from it is an
+input rather than a second code path:
+
+- `positions`: the absolute position of every input token. A token tree (`tree.py`) is fed as
+  one sequence whose tokens sit at positions L + depth, not L, L + 1, ...;
+- `cache`: anything with `update(layer, k, v)` and `advance(n)`: the `KVCache` appends the new
+  keys and values at its length; the fixed-shape writer of `fastpath.py` writes them at slots
+  given on the device, so that a CUDA graph can replay the step;
+- `attn_mask` (T, keys): which keys each new token may see. `prefix_mask` builds the usual one:
+  the whole cached prefix, then a (T, T) mask among the new tokens (causal, or a tree's).
+
+It returns the final hidden states; `forward` adds the LM head. Medusa's heads and EAGLE's
+draft head predict from those hidden states.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -25,7 +32,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .files import atomic_save_tensors, atomic_write_json, read_tensors
-from .kvcache import KVCache
 
 
 @dataclass
@@ -47,6 +53,18 @@ PRESETS = {
 }
 
 
+def causal_mask(T: int, device=None) -> torch.Tensor:
+    """(T, T) bool: token i sees tokens 0..i."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+
+
+def prefix_mask(new_mask: torch.Tensor, L: int) -> torch.Tensor:
+    """(T, L + T) bool: every new token sees all L cached tokens, and among the T new tokens
+    what `new_mask` (T, T) allows (causal for a sequence, ancestors for a tree)."""
+    T = new_mask.shape[0]
+    return torch.cat([torch.ones(T, L, dtype=torch.bool, device=new_mask.device), new_mask], dim=1)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -54,16 +72,15 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads at once
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, layer: int, cache: KVCache | None, attn_mask: torch.Tensor | None,
-                tree_bits: torch.Tensor | None = None):
+    def forward(self, x, layer: int, cache, attn_mask: torch.Tensor | None, packed_tree_mask: torch.Tensor | None):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, H, L + T, D): the cached prefix, then these T
-        if tree_bits is not None:  # the Triton kernel: prefix + packed tree mask (kernels/tree_attention.py)
+            k, v = cache.update(layer, k, v)  # (B, H, keys, D): the cached prefix, then these T
+        if packed_tree_mask is not None:  # the Triton kernel: whole prefix + packed tree mask (kernels/tree_attention.py)
             from .kernels.tree_attention import tree_attention  # triton is imported only when asked for
-            y = tree_attention(q, k, v, tree_bits)
+            y = tree_attention(q, k, v, packed_tree_mask)
         else:  # attn_mask None means "causal over a sequence that starts at slot 0" (training, prefill)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None and T > 1)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -87,8 +104,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, layer, cache, attn_mask, tree_bits=None):
-        x = x + self.attn(self.ln_1(x), layer, cache, attn_mask, tree_bits)  # pre-LN: normalise, then add back
+    def forward(self, x, layer, cache, attn_mask, packed_tree_mask=None):
+        x = x + self.attn(self.ln_1(x), layer, cache, attn_mask, packed_tree_mask)  # pre-LN: normalise, then add back
         return x + self.mlp(self.ln_2(x))
 
 
@@ -104,7 +121,7 @@ class GPT(nn.Module):
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
-        self.attn_impl = "torch"  # "triton": tree-masked attention by the Triton kernel (set_attention)
+        self.attn_impl = "torch"  # "triton": tree verification's attention by the Triton kernel (set_attention)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2 n_layer)
             if name.endswith("c_proj.weight"):
@@ -118,8 +135,9 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def set_attention(self, impl: str) -> "GPT":
-        """'torch' (SDPA with a dense mask, the reference) or 'triton' (the tree-attention kernel,
-        used whenever a tree mask is given; needs a GPU or TRITON_INTERPRET=1 before triton loads)."""
+        """'torch' (SDPA with a dense mask, the reference) or 'triton' (the tree-attention kernel
+        for every forward whose new tokens see the whole cached prefix, i.e. whose attn_mask is a
+        `prefix_mask`; needs a GPU, or TRITON_INTERPRET=1 set before triton loads)."""
         if impl not in ("torch", "triton"):
             raise ValueError(f"attention must be 'torch' or 'triton', got {impl!r}")
         if impl == "triton":
@@ -130,38 +148,45 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # the tied head is counted once
 
-    def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
-               mask: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
+               attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Final hidden states (B, T, C) of tokens `idx` (B, T).
 
-        positions: (T,) or (B, T) absolute positions; default: the next T after the cache.
-        cache: if given, attend to its L valid slots too, and append these T tokens to it.
-        mask: (T, T) bool, True where new token i may attend to new token j; default causal.
-            Every new token always sees the whole cached prefix."""
+        positions: (T,) or (B, T) absolute positions, on the device; default: the next T after
+            the cache (an error if they pass the context window).
+        cache: a `KVCache` (or anything with `update` and `advance`): the new tokens attend to
+            the keys it returns, and it keeps theirs.
+        attn_mask: (T, keys) bool, True where new token i may see key j; default: causal (all of
+            the cached prefix, then causal among the new tokens)."""
         B, T = idx.shape
-        L = cache.length if cache is not None else 0
         if positions is None:
+            L = cache.length if cache is not None else 0
             if L + T > self.config.n_ctx:
                 raise ValueError(f"{L + T} tokens exceed the model's context of {self.config.n_ctx}")
             positions = torch.arange(L, L + T, device=idx.device)
-        attn_mask = tree_bits = None  # None: plain causal from slot 0 (see CausalSelfAttention)
-        if mask is not None and self.attn_impl == "triton":
+        if attn_mask is None and T > 1 and cache is not None and cache.length > 0:
+            attn_mask = prefix_mask(causal_mask(T, idx.device), cache.length)
+        packed = None
+        if self.attn_impl == "triton" and attn_mask is not None:  # a prefix_mask: the kernel needs only its tree part
             from .kernels.tree_attention import pack_tree_mask
-            tree_bits = pack_tree_mask(mask)  # one 32-bit word per 32 tree tokens, instead of a (T, L + T) mask
-        elif mask is not None or (L > 0 and T > 1):
-            new = mask if mask is not None else torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            attn_mask = torch.cat([torch.ones(T, L, dtype=torch.bool, device=idx.device), new], dim=1)  # (T, L + T)
+            packed = pack_tree_mask(attn_mask[:, -T:])  # one 32-bit word per 32 new tokens
         x = self.transformer.wte(idx) + self.transformer.wpe(positions)
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, layer, cache, attn_mask, tree_bits)
+            x = block(x, layer, cache, attn_mask, packed)
         if cache is not None:
             cache.advance(T)
         return self.transformer.ln_f(x)
 
-    def forward(self, idx, positions=None, cache=None, mask=None):
+    def forward(self, idx, positions=None, cache=None, attn_mask=None):
         """Returns (logits (B, T, vocab), hidden (B, T, C)); arguments as in `hidden`."""
-        h = self.hidden(idx, positions, cache, mask)
+        h = self.hidden(idx, positions, cache, attn_mask)
         return self.lm_head(h), h
+
+    def fingerprint(self) -> str:
+        """A short hash of the token embedding: what was trained for one model (heads, a draft
+        distilled from it) is only valid on that model; the same shape is not enough."""
+        w = self.transformer.wte.weight.detach().float().cpu().contiguous()
+        return hashlib.sha1(w.numpy().tobytes()).hexdigest()[:16]
 
     # ---- checkpoints: the Hugging Face GPT-2 layout, in safetensors -------------------------
 

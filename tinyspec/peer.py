@@ -16,8 +16,6 @@ import time
 
 import torch
 
-from .decoding import run
-from .sampling import Sampling
 
 
 def export(model, directory: str):
@@ -49,25 +47,25 @@ def generate_all(hf, prompts, max_new_tokens: int, temperature: float, seed: int
     return outs, time.perf_counter() - t0
 
 
-def huggingface_rows(runner, prompts: dict, temperatures, repeats: int) -> list[dict]:
-    """Rows 'hf' (plain generate) and 'hf-assisted' (with the draft), per temperature and category,
-    with tinyspec's ar and draft speed relative to them."""
+def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, max_new: int, seed: int,
+                     greedy_tokens) -> list[dict]:
+    """Rows 'hf' (plain generate) and 'hf-assisted' (with the draft), per temperature and category.
+    greedy_tokens(prompt): tinyspec's greedy output, which HF's must match at temperature 0."""
     with tempfile.TemporaryDirectory() as tmp:
-        hf = export(runner.target, f"{tmp}/target")
-        assistant = export(runner.draft, f"{tmp}/draft") if runner.draft is not None else None
+        hf = export(target, f"{tmp}/target")
+        assistant = export(draft, f"{tmp}/draft") if draft is not None else None
         first = next(iter(prompts.values()))[:1]
-        generate_all(hf, first, runner.max_new, temperatures[0], runner.seed)  # warm-up
+        generate_all(hf, first, max_new, temperatures[0], seed)  # warm-up
         if assistant is not None:
-            generate_all(hf, first, runner.max_new, temperatures[0], runner.seed, assistant)
+            generate_all(hf, first, max_new, temperatures[0], seed, assistant)
         rows = []
         for temperature in temperatures:
             for category, batch in prompts.items():
-                greedy_ours = [run(runner.steps(("ar", ""), p, Sampling(0.0), None), runner.max_new).token_ids
-                               for p in batch] if temperature == 0 else None
+                greedy_ours = [greedy_tokens(p) for p in batch] if temperature == 0 else None
                 for name, helper in (("hf", None), ("hf-assisted", assistant)):
                     if name == "hf-assisted" and helper is None:
                         continue
-                    passes = [generate_all(hf, batch, runner.max_new, temperature, runner.seed, helper) for _ in range(repeats)]
+                    passes = [generate_all(hf, batch, max_new, temperature, seed, helper) for _ in range(repeats)]
                     new_tokens = sum(map(len, passes[0][0]))
                     row = {"method": name, "temperature": temperature, "category": category,
                            "tokens_per_s": round(statistics.median(new_tokens / s for _, s in passes), 2)}

@@ -12,19 +12,25 @@ sample: `probs(logits, ...)` applies, in this order (the order of Hugging Face's
 then renormalises. Greedy as a one-hot distribution means the speculative algorithms need no
 special case: with one-hot p and q, min(1, p(x) / q(x)) is 1 exactly when the draft's token is
 the target's argmax.
+
+`residual(p, q)` = norm(max(0, p - q)) is where a rejected proposal sends the target: every
+acceptance rule (`speculative.py`, `verify.py`) resamples from it, and it is written only here.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+MIN_TEMPERATURE = 1e-3  # below this, logits / T overflows float32 to inf for ordinary logits; use 0 (greedy)
+
 
 def check_params(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> None:
     """Raise ValueError (naming the fix) for out-of-range sampling settings."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf):
+        raise ValueError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top-k must be at least 1 (or unset), got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
@@ -33,12 +39,11 @@ def check_params(temperature: float = 1.0, top_k: int | None = None, top_p: floa
 
 def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
           top_p: float | None = None) -> torch.Tensor:
-    """Processed next-token distribution over the last dim of `logits` (..., V), in float32."""
-    logits = logits.float()
-    # BEGIN SOLUTION sampling: return the processed distribution: temperature (0 = one-hot argmax), then top-k, then top-p, renormalised
+    """Processed next-token distribution over the last dim of `logits` (..., V), in float32:
+    temperature (0 = one-hot at the argmax), then top-k, then top-p, renormalised."""
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / temperature
+    logits = logits.float() / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -50,8 +55,17 @@ def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = No
         p = torch.zeros_like(p).scatter(-1, order, sorted_p)
         p = p / p.sum(-1, keepdim=True)
     return p
-    # END SOLUTION
 
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)): what p has that q over-proposed (Leviathan et al. 2022, Algorithm 1).
+
+    After a proposal drawn from q is rejected, the target's token comes from here, and the two
+    together are distributed exactly as p. The mass is 0 only when p <= q everywhere, i.e.
+    p == q, where rejection has probability 0 and only rounding gets here: then p itself."""
+    r = (p - q).clamp(min=0)
+    mass = r.sum(-1, keepdim=True)
+    return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p / p.sum(-1, keepdim=True))
 
 def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token per row of a distribution (..., V); returns (...) long.
@@ -62,8 +76,11 @@ def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.T
     vocabulary this is several times faster than torch.multinomial on a CPU, which matters in a
     loop that samples once per decoded token. float64 keeps tiny probabilities' share."""
     cdf = p.reshape(-1, p.shape[-1]).double().cumsum(-1)  # (rows, V)
+    total = cdf[:, -1:]
+    if not bool(((total > 0) & torch.isfinite(total)).all()):  # NaN or no mass: there is nothing to sample
+        raise ValueError("cannot sample from a distribution that is NaN or all zero (did the logits overflow?)")
     u = 1 - torch.rand(cdf.shape[0], 1, device=p.device, generator=generator, dtype=torch.float64)
-    return torch.searchsorted(cdf, u * cdf[:, -1:]).reshape(p.shape[:-1])
+    return torch.searchsorted(cdf, u * total).reshape(p.shape[:-1])
 
 
 @dataclass

@@ -27,37 +27,34 @@ from typing import Iterator
 
 import torch
 
-from .decoding import BONUS, CORRECTION, DRAFT, TARGET, Step
+from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step
 from .kvcache import KVCache
 from .model import GPT
-from .sampling import Sampling, sample
-from .timing import median_seconds
+from .sampling import Sampling, residual, sample
 
 
 def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, drafts: torch.Tensor,
-                       generator: torch.Generator | None) -> tuple[int, torch.Tensor, str]:
-    """The acceptance rule (Leviathan et al. Algorithm 1, Chen et al. Algorithm 2).
+                       generator: torch.Generator | None) -> tuple[int, torch.Tensor]:
+    """The acceptance rule (Leviathan et al. Algorithm 1, Chen et al. Algorithm 2): accept x_i
+    while r_i < p_i(x_i) / q_i(x_i); at the first rejection sample from norm(max(0, p - q)), and
+    if all k were accepted take a bonus token from p_(k+1).
 
     target_probs (k + 1, V): p at each proposed position and one beyond; draft_probs (k, V): the
-    q each proposal was sampled from; drafts (k,). Returns (n accepted, next token, its kind)."""
-    # BEGIN SOLUTION speculative: accept x_i while r_i < p_i(x_i) / q_i(x_i); at the first rejection sample from norm(max(0, p - q)), else a bonus token from p_(k+1)
+    q each proposal was sampled from; drafts (k,). Returns (n accepted, next token)."""
     p, q, k = target_probs, draft_probs, drafts.numel()
     i = torch.arange(k, device=p.device)
     r = torch.rand(k, device=p.device, generator=generator)
     accepted = r * q[i, drafts] < p[i, drafts]  # r < p(x) / q(x), without dividing; q(x) > 0
     n = int(accepted.long().cumprod(0).sum())  # accepted before the first rejection (a host sync)
     if n == k:
-        return n, sample(p[k], generator), BONUS
-    residual = (p[n] - q[n]).clamp(min=0)  # norm(max(0, p - q)): what p has that q over-proposed
-    if residual.sum() <= 0:  # only by rounding, when p == q (then rejection has probability 0)
-        residual = p[n]
-    return n, sample(residual / residual.sum(), generator), CORRECTION
-    # END SOLUTION
+        return n, sample(p[k], generator)
+    return n, sample(residual(p[n], q[n]), generator)
 
 
 @torch.no_grad()
 def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
-                max_len: int, k: int | AdaptiveK = 4, caches: tuple[KVCache, KVCache] | None = None) -> Iterator[Step]:
+                max_len: int, k: int | AdaptiveK = 4, caches: tuple[KVCache, KVCache] | None = None,
+                accept=accept_or_resample) -> Iterator[Step]:
     """Draft-model speculative decoding; yields one `Step` per target forward pass.
 
     Both models keep their own KV cache. Every token of `seq` (prompt + output) is fed to each
@@ -66,9 +63,13 @@ def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, 
     catches up on the last proposal after a fully accepted step, and on every token of steps
     where AdaptiveK chose not to draft). Rejected proposals are cut from both caches with
     `truncate`, so each cache always holds a prefix of `seq`, as plain decoding would build it.
-    `caches` (target's, draft's; empty) lets a caller look inside them afterwards."""
+    `caches` (target's, draft's; emptied first) lets a caller reuse them or look inside them
+    afterwards. `accept`: the acceptance rule, `accept_or_resample` or another chain rule with
+    its signature (`verify.chain_rule` makes one from any rule of verify.py's table)."""
     device = target.lm_head.weight.device
     t_cache, d_cache = caches or (KVCache.for_model(target, max_len), KVCache.for_model(draft, max_len))
+    t_cache.truncate(0)
+    d_cache.truncate(0)
     policy = k if isinstance(k, AdaptiveK) else None
     seq = list(prompt)
     while len(seq) <= max_len:  # the target must still be able to read all of seq
@@ -89,7 +90,8 @@ def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, 
         # 3. accept or reject, left to right
         drafts = torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=device)
         q = torch.stack(qs) if qs else p[:0]
-        n, token, kind = accept_or_resample(p, q, drafts, generator)
+        n, token = accept(p, q, drafts, generator)
+        kind = TARGET if k_step == 0 else BONUS if n == k_step else CORRECTION
         # 4. roll both caches back to exactly the accepted tokens
         accepted = drafts[:n].tolist()
         t_cache.truncate(len(seq) + n)
@@ -97,7 +99,7 @@ def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, 
         if policy:
             policy.update(n, rejected=kind == CORRECTION)
         seq += accepted + [int(token)]
-        yield Step(accepted + [int(token)], [DRAFT] * n + [kind if k_step else TARGET], proposed=k_step)
+        yield Step(accepted + [int(token)], [ACCEPTED] * n + [kind], proposed=k_step)
 
 
 class AdaptiveK:
@@ -143,18 +145,3 @@ def expected_speedup(alpha: float, c: float, k: int) -> float:
 def best_k(alpha: float, c: float, k_max: int) -> int:
     """The k in 0..k_max with the largest expected speedup (k = 0 is plain decoding, speedup 1)."""
     return max(range(k_max + 1), key=lambda k: expected_speedup(alpha, c, k))
-
-
-@torch.no_grad()
-def cost_ratio(target: GPT, draft: GPT, context: int = 64, repeats: int = 20) -> float:
-    """c: the median time of one single-token draft forward over one target forward, each with
-    `context` tokens in its cache (fewer if the context window is shorter), after a warm-up."""
-    def forward_time(model: GPT) -> float:
-        device = model.lm_head.weight.device
-        n = min(context, model.config.n_ctx - 1)
-        cache = KVCache.for_model(model, n + 1)
-        model(torch.zeros(1, n, dtype=torch.long, device=device), cache=cache)
-        x = torch.zeros(1, 1, dtype=torch.long, device=device)
-        # every timed forward sees the same n cached tokens
-        return median_seconds(lambda: model(x, cache=cache), device, repeats, setup=lambda: cache.truncate(n))
-    return forward_time(draft) / forward_time(target)

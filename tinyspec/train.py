@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import shutil
 import sys
@@ -30,11 +29,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import data
+from . import data, distill
 from .cli import WEIGHTS, ArgumentParser, die, pick_device
 from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from .model import GPT, PRESETS
+from .optim import lr_at, make_optimizer
+from .medusa import MedusaHeads
 from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
+from .tree import expected_accepted, from_accuracies
 
 
 # ---- tokenizer ------------------------------------------------------------------------------
@@ -52,21 +54,6 @@ def train_tokenizer(args) -> None:
 
 
 # ---- GPT ------------------------------------------------------------------------------------
-
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
-    """Linear warm-up, then cosine decay from `peak` to peak/10 at `total`."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def make_optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings
-    rest = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
 
 @torch.no_grad()
 def evaluate(model: GPT, tokens: data.TokenFile, args, device, autocast) -> float:
@@ -242,8 +229,6 @@ Reproduce: `python -m tinyspec.train {flags}`
 # ---- Medusa heads ---------------------------------------------------------------------------
 
 def train_medusa(args) -> None:
-    from . import medusa, tree
-
     device = pick_device(args.device)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
@@ -256,11 +241,11 @@ def train_medusa(args) -> None:
 
     def distilled(split: str, n: int, temperatures: list[float]) -> np.ndarray:
         """Self-distilled sequences, generated once and cached in the run directory."""
-        path = run_dir / f"selfdistill-{split}-{medusa.fingerprint(target)}-{n}x{width}.bin"
+        path = run_dir / f"selfdistill-{split}-{target.fingerprint()}-{n}x{width}.bin"
         if path.is_file():
             return np.fromfile(path, dtype=np.uint16).reshape(-1, width)
         tokens = data.TokenFile(data_path / f"{split}.bin")
-        parts = [medusa.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
+        parts = [distill.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
                                      args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
         seqs = np.concatenate(parts)
         seqs.tofile(path.with_suffix(".tmp"))
@@ -269,16 +254,16 @@ def train_medusa(args) -> None:
 
     train_seqs = distilled("train", args.sequences, [0.0, 1.0])  # greedy and sampled continuations
     heldout = distilled("val", max(16, args.sequences // 32), [0.0])
-    heads = medusa.MedusaHeads(target.config.n_embd, args.heads).to(device)
-    losses = medusa.train_heads(target, heads, train_seqs, args.prompt_len, args.steps, args.batch_size, args.lr,
+    heads = MedusaHeads(target.config.n_embd, args.heads).to(device)
+    losses = distill.train_heads(target, heads, train_seqs, args.prompt_len, args.steps, args.batch_size, args.lr,
                                 args.seed, window=args.window)
-    heads.accuracy = medusa.head_accuracy(target, heads, heldout, args.prompt_len)
-    heads.target_fingerprint = medusa.fingerprint(target)
+    heads.accuracy = distill.head_accuracy(target, heads, heldout, args.prompt_len)
+    heads.target_fingerprint = target.fingerprint()
     out = Path(args.out)
     heads.save(out)
     acc = heads.accuracy
     rows = "\n".join(f"| {i + 1} | {losses[i]:.3f} | {acc[i, 0]:.3f} | {acc[i, :5].sum():.3f} |" for i in range(heads.n_heads))
-    sizes = "\n".join(f"| {n} | {tree.from_accuracies(acc, n).max_depth} | {1 + tree.expected_accepted(tree.from_accuracies(acc, n), acc):.2f} |"
+    sizes = "\n".join(f"| {n} | {from_accuracies(acc, n).max_depth} | {1 + expected_accepted(from_accuracies(acc, n), acc):.2f} |"
                       for n in (8, 16, 32, 64))
     atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
 

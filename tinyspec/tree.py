@@ -10,14 +10,14 @@ For verification the target reads the root and all T nodes as one sequence of T 
 Everything that pass needs is derived here, in one place, with the root as index 0 and node i
 as index i + 1:
 
-- `ancestor_mask` (T+1, T+1): token a may attend to token b iff b is a or one of its ancestors;
+- `tree_mask` (T+1, T+1): token a may attend to token b iff b is a or one of its ancestors;
 - `depth` (T+1,): 0 for the root; a token at depth d sits at position L + d (L = cache length);
 - `paths` (leaves, max depth + 1): every root-to-leaf path of indices, padded with -1;
 - `parent_index` (T,): the index of each node's parent among the T + 1 tokens.
 
 Example: parents [-1, -1, 0, 0, 2] is the tree
 
-    root ─ 0 ─ 2 ─ 4          ancestor_mask (rows attend to columns):
+    root ─ 0 ─ 2 ─ 4          tree_mask (rows attend to columns):
          │   └ 3                    r 0 1 2 3 4
          └ 1                    r   1 . . . . .
                                 0   1 1 . . . .     depth = [0, 1, 1, 2, 2, 3]
@@ -26,14 +26,16 @@ Example: parents [-1, -1, 0, 0, 2] is the tree
      node i = i + 1)            3   1 1 . . 1 .              [0, 1, 3, 5]]     leaf 4
                                 4   1 1 . 1 . 1
 
-A Medusa tree is also a *choice list* (Cai et al. 2024): node i is described by the path of
-candidate ranks that leads to it, e.g. (0, 1) = "the best guess of head 1, then the second-best
-guess of head 2". `from_choices` turns such a list into parents and ranks; `from_accuracies`
-builds the list itself from measured head accuracies.
+A static tree is also a *choice list* (Cai et al. 2024): node i is described by the path of
+candidate ranks that leads to it, e.g. (0, 1) = "the best guess at depth 1, then the
+second-best guess at depth 2". `from_choices` turns such a list into parents and ranks;
+`from_accuracies` builds the list itself from measured accuracies. Trees grown per step (EAGLE-2)
+have no ranks: their tokens are chosen as the tree grows.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 from dataclasses import dataclass, field
@@ -45,38 +47,48 @@ import torch
 @dataclass(frozen=True)
 class Tree:
     parents: tuple[int, ...]  # parents[i]: parent node of node i, -1 for a child of the root
-    ranks: tuple[int, ...]  # ranks[i]: node i's token is its head's ranks[i]-th best guess
-    ancestor_mask: torch.Tensor = field(init=False, repr=False, compare=False)
+    ranks: tuple[int, ...] | None = None  # ranks[i]: node i's token is the ranks[i]-th best guess at its depth
+    tree_mask: torch.Tensor = field(init=False, repr=False, compare=False)
     depth: torch.Tensor = field(init=False, repr=False, compare=False)
     paths: torch.Tensor = field(init=False, repr=False, compare=False)
     parent_index: torch.Tensor = field(init=False, repr=False, compare=False)  # (T,) parents + 1
+    # Python facts, so a decoding loop never reads a device tensor back to learn them
+    max_depth: int = field(init=False, repr=False, compare=False)
+    child_lists: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         check_parents(self.parents)
-        if len(self.ranks) != len(self.parents) or any(r < 0 for r in self.ranks):
+        if self.ranks is not None and (len(self.ranks) != len(self.parents) or any(r < 0 for r in self.ranks)):
             raise ValueError("ranks must give one non-negative rank per node")
-        object.__setattr__(self, "ancestor_mask", ancestor_mask(self.parents))
-        object.__setattr__(self, "depth", depths(self.parents))
-        object.__setattr__(self, "paths", root_to_leaf_paths(self.parents))
-        object.__setattr__(self, "parent_index", torch.tensor(self.parents) + 1)
+        depth = depths(self.parents)
+        kids = [[] for _ in range(len(self.parents) + 1)]
+        for i, p in enumerate(self.parents):
+            kids[p + 1].append(i + 1)
+        for name, value in (("tree_mask", tree_mask(self.parents)), ("depth", depth),
+                            ("paths", root_to_leaf_paths(self.parents)),
+                            ("parent_index", torch.tensor(self.parents) + 1), ("max_depth", int(depth.max())),
+                            ("child_lists", tuple(map(tuple, kids)))):
+            object.__setattr__(self, name, value)
 
     def __len__(self) -> int:
         return len(self.parents)
 
-    @property
-    def max_depth(self) -> int:
-        return int(self.depth.max())
-
     def children(self, index: int) -> list[int]:
         """Indices (into the T + 1 tokens) of the children of token `index` (0 = root)."""
-        return [i + 1 for i, p in enumerate(self.parents) if p + 1 == index]
+        return list(self.child_lists[index])
 
     def to(self, device) -> "Tree":
         """The same tree with its tensors on `device` (derived tensors are built on the CPU)."""
         moved = Tree(self.parents, self.ranks)
-        for name in ("ancestor_mask", "depth", "paths", "parent_index"):
+        for name in ("tree_mask", "depth", "paths", "parent_index"):
             object.__setattr__(moved, name, getattr(self, name).to(device))
         return moved
+
+
+@functools.lru_cache(maxsize=None)
+def chain(k: int) -> Tree:
+    """The tree of a draft model's k proposals: each node the child of the one before."""
+    return Tree(tuple(range(-1, k - 1)))
 
 
 def check_parents(parents) -> None:
@@ -88,29 +100,26 @@ def check_parents(parents) -> None:
 
 
 def depths(parents) -> torch.Tensor:
-    """(T+1,) depth of the root (0) and of every node (its parent's depth + 1)."""
-    # BEGIN SOLUTION tree: depth 0 for the root, then each node one deeper than its parent
+    """(T+1,) long: depth 0 for the root, then each node one deeper than its parent."""
     d = [0]
     for p in parents:
         d.append(d[p + 1] + 1)
     return torch.tensor(d)
-    # END SOLUTION
 
 
-def ancestor_mask(parents) -> torch.Tensor:
-    """(T+1, T+1) bool: row a is True at a itself and at every ancestor of a (the root included)."""
-    # BEGIN SOLUTION tree: row a True at a and at each ancestor of a, root included (index 0 = root, node i = i + 1)
+def tree_mask(parents) -> torch.Tensor:
+    """(T+1, T+1) bool: row a is True at a itself and at every ancestor of a, the root included
+    (index 0 is the root, node i is index i + 1)."""
     n = len(parents) + 1
     mask = torch.eye(n, dtype=torch.bool)
     for i, p in enumerate(parents):  # topological order: the parent's row is already complete
         mask[i + 1] |= mask[p + 1]
     return mask
-    # END SOLUTION
 
 
 def root_to_leaf_paths(parents) -> torch.Tensor:
-    """(leaves, max depth + 1) long: each leaf's path from the root, padded with -1."""
-    # BEGIN SOLUTION tree: one root-to-leaf index path per leaf, in leaf order, padded with -1
+    """(leaves, max depth + 1) long: one root-to-leaf path of indices per leaf, leaves in node
+    order, each path padded with -1 to the longest."""
     has_child = {p for p in parents}
     leaves = [i for i in range(len(parents)) if i not in has_child]
     paths = []
@@ -122,7 +131,6 @@ def root_to_leaf_paths(parents) -> torch.Tensor:
         paths.append([0] + path[::-1])
     width = max(map(len, paths))
     return torch.tensor([p + [-1] * (width - len(p)) for p in paths])
-    # END SOLUTION
 
 
 def from_choices(choices) -> Tree:

@@ -108,7 +108,8 @@ def _online_softmax_step(acc, m_i, l_i,  # running state: (BLOCK_T, D), (BLOCK_T
                          k, v,  # (BLOCK_KEYS, D) one block of keys and values
                          allowed,  # (BLOCK_T, BLOCK_KEYS) bool: may query i see key j?
                          qk_scale):  # softmax scale * log2(e)
-    # BEGIN SOLUTION kernel: score the block (log2 units), mask it, and fold it into the running max, sum and accumulator
+    """Score the block in log2 units (q k^T * qk_scale), set what `allowed` forbids to -inf, and
+    fold the block into the running max m_i, sum l_i and accumulator acc; return all three."""
     scores = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale  # (BLOCK_T, BLOCK_KEYS)
     scores = tl.where(allowed, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # (BLOCK_T,)
@@ -117,7 +118,6 @@ def _online_softmax_step(acc, m_i, l_i,  # running state: (BLOCK_T, D), (BLOCK_T
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
     return acc, m_new, l_i
-    # END SOLUTION
 
 
 # The first kernel: partial attention over one prefix chunk, or over the tree
