@@ -9,6 +9,10 @@ A loop calls the target through a *forward*: `forward(tokens, L) -> (logits, hid
 n tokens (n,) after the L cached ones and advances the cache by n. By default it is the model's
 own forward over a `KVCache`; `fastpath.py` makes fixed-shape ones that a CUDA graph can
 replay. The loop does not care which it is given.
+
+Every method that proposes a tree (Medusa, EAGLE, prompt lookup; `tree.py`) ends its step the
+same way, `verify_tree`: one target forward over the root and the proposed tokens, an
+acceptance rule from `verify.py`, and the cache compacted to the accepted path.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Callable, Iterator
 import torch
 
 from .kvcache import KVCache
-from .model import GPT
+from .model import GPT, prefix_mask
 from .sampling import Sampling, sample
 
 
@@ -64,6 +68,29 @@ def autoregressive(model: GPT, prompt: list[int], sampling: Sampling, generator:
         if cache.length == max_len:
             return
         logits = forward(token.view(1), cache.length)[0][:, -1]
+
+
+def verify_tree(target: GPT, cache: KVCache, root: torch.Tensor, tokens: torch.Tensor, tree, accept, sampling: Sampling,
+                q: torch.Tensor | None, generator, forward: Callable | None = None):
+    """One verification step over a proposal tree; returns (the Step, the next root, the hidden
+    states (path length, C) of the accepted tokens, the root first).
+
+    root (1,): the last accepted token, not yet in the cache; tokens (T,): the tree's nodes;
+    accept: a rule from verify.RULES; q: its draft distributions, if it needs them.
+    forward(x, L): a forward for this tree (e.g. a recorded one); default: the model's own, each
+    node at position L + depth and seeing only its ancestors (`Tree.tree_mask`)."""
+    L = cache.length
+    x = torch.cat([root.view(1), tokens])  # (T+1,): root, then the tree
+    if forward is None:
+        logits, hidden = target(x[None], positions=L + tree.depth, cache=cache, attn_mask=prefix_mask(tree.tree_mask, L))
+    else:
+        logits, hidden = forward(x, L)
+    path, nxt = accept(x, sampling.probs(logits[0]), tree, q, generator)
+    cache.keep((L + path).tolist())  # the root (slot L) and the accepted nodes, compacted
+    accepted = x[path[1:]].tolist()
+    kind = CORRECTION if tree.children(int(path[-1])) else BONUS
+    step = Step(accepted + [int(nxt)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth)
+    return step, nxt, hidden[0, path]
 
 
 @dataclass

@@ -39,10 +39,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step
+from .decoding import TARGET, Step, verify_tree
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
-from .model import GPT, prefix_mask
+from .model import GPT
 from .sampling import Sampling, sample
 from .tree import Tree
 from .verify import RULES, SAMPLED
@@ -130,8 +130,6 @@ def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Samplin
     accept, sampled = RULES[rule], rule in SAMPLED
     cache = cache if cache is not None else KVCache.for_model(target, max_len)
     cache.truncate(0)
-    forward = forward or (lambda x, L: target(x[None], positions=L + tree.depth, cache=cache,
-                                              attn_mask=prefix_mask(tree.tree_mask, L)))
     n_ctx = target.config.n_ctx
     h = target.hidden(torch.tensor([prompt], device=device), cache=cache)[0, -1]  # (C,) at the last prompt token
     root = sample(sampling.probs(target.lm_head(h)), generator)  # the first new token: plain decoding
@@ -144,11 +142,7 @@ def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Samplin
             yield Step([int(root)], [TARGET])
             continue
         tokens, q = propose(heads(h, target.lm_head), tree, sampling, sampled, generator)  # 1. propose
-        x = torch.cat([root.view(1), tokens])  # (T+1,): root, then the tree
-        logits, hidden = forward(x, L)  # 2. verify: one target forward over root and tree
-        path, root = accept(x, sampling.probs(logits[0]), tree, q, generator)  # 3. accept
-        cache.keep((L + path).tolist())  # 4. the root (slot L) and the accepted nodes, compacted
-        h = hidden[0, path[-1]]
-        accepted = x[path[1:]].tolist()
-        kind = CORRECTION if tree.children(int(path[-1])) else BONUS
-        yield Step(accepted + [int(root)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth)
+        # 2-4. one target forward over root and tree, the rule, the cache compacted to the accepted path
+        step, root, hidden = verify_tree(target, cache, root, tokens, tree, accept, sampling, q, generator, forward)
+        h = hidden[-1]  # the hidden state of the last accepted token: the heads' next input
+        yield step
