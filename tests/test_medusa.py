@@ -86,6 +86,15 @@ def test_greedy_medusa_equals_plain_decoding_on_every_tree_shape(counting_gpt, t
     assert accepted > 100 and rejected > 10  # long accepted paths and corrections both happened
 
 
+@pytest.mark.parametrize("rule", ["pointmass", "lossless"])
+def test_lossless_rules_at_temperature_zero_are_greedy_decoding(counting_gpt, trained_heads, rule):
+    rng = random.Random(2)
+    for name, tree in TREES.items():
+        prompt = [rng.randrange(32) for _ in range(rng.randint(1, 10))]
+        plain = run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 30).token_ids
+        assert run(medusa(counting_gpt, trained_heads, prompt, Sampling(0.0), None, 64, tree, rule), 30).token_ids == plain
+
+
 def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt, trained_heads):
     prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
     res = run(medusa(counting_gpt, trained_heads, prompt, Sampling(0.0), None, 64, TREES["default"]), 40)

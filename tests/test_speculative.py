@@ -13,6 +13,7 @@ from tinyspec.kvcache import KVCache
 from tinyspec.sampling import Sampling
 from tinyspec.speculative import (AdaptiveK, accept_or_resample, best_k, expected_speedup, expected_tokens,
                                   speculative)
+from tinyspec.verify import chain_rule
 
 from conftest import random_gpt
 
@@ -50,6 +51,18 @@ def test_greedy_equals_plain_decoding_for_every_k_and_draft(models):
                 accepted_somewhere |= spec.accepted > 0
                 rejected_somewhere |= spec.rejections > 0
     assert accepted_somewhere and rejected_somewhere  # both branches of the rule were exercised
+
+
+@pytest.mark.parametrize("rule", ["block", "pointmass"])
+def test_greedy_with_other_chain_rules_equals_plain_decoding(models, rule):
+    target, drafts = models
+    rng = random.Random(1)
+    for name in ("close", "far"):
+        for k in (1, 3, 6):
+            prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
+            plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 30).token_ids
+            spec = run(speculative(target, drafts[name], prompt, Sampling(0.0), None, 96, k, accept=chain_rule(rule)), 30)
+            assert spec.token_ids == plain, f"{rule}, draft {name}, k={k}"
 
 
 def test_greedy_runs_to_the_end_of_the_context(models):
@@ -120,10 +133,11 @@ def critical_value(dof, z=4.26):
     return dof * (1 - a + z * a ** 0.5) ** 3
 
 
-def speculative_samples(target, draft, sampling, k, n):
+def speculative_samples(target, draft, sampling, k, n, accept=accept_or_resample):
     counts = torch.zeros(V * V)
     for seed in range(n):
-        out = run(speculative(target, draft, PROMPT, sampling, torch.Generator().manual_seed(seed), 8, k), 2).token_ids
+        g = torch.Generator().manual_seed(seed)
+        out = run(speculative(target, draft, PROMPT, sampling, g, 8, k, accept=accept), 2).token_ids
         counts[out[0] * V + out[1]] += 1
     return counts
 
@@ -135,17 +149,25 @@ def tiny_vocab_models():
     return target, draft
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sampling, k", [(Sampling(1.0), 2), (Sampling(0.8, top_k=5), 1)])
-def test_sampled_output_has_the_target_distribution(tiny_vocab_models, sampling, k):
-    target, draft = tiny_vocab_models
+def assert_target_distribution(target, draft, sampling, k, accept=accept_or_resample):
     exact = exact_two_token_distribution(target, sampling)
-    counts = speculative_samples(target, draft, sampling, k, 6000)
+    counts = speculative_samples(target, draft, sampling, k, 6000, accept)
     stat, dof = chi_square(counts, exact)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: output is not the target's distribution"
     q1 = sampling.probs(draft(torch.tensor([PROMPT]))[0][0, -1])
     p1 = exact.view(V, V).sum(1)
     assert (p1 - q1).abs().sum() / 2 > 0.2  # the draft really is far from the target: the test has teeth
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling, k", [(Sampling(1.0), 2), (Sampling(0.8, top_k=5), 1)])
+def test_sampled_output_has_the_target_distribution(tiny_vocab_models, sampling, k):
+    assert_target_distribution(*tiny_vocab_models, sampling, k)
+
+
+@pytest.mark.slow
+def test_block_verification_in_the_draft_loop_has_the_target_distribution(tiny_vocab_models):
+    assert_target_distribution(*tiny_vocab_models, Sampling(1.0), 3, accept=chain_rule("block"))
 
 
 def test_acceptance_rule_reproduces_p_for_fixed_distributions():

@@ -30,25 +30,33 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
 from .speculative import expected_speedup
 from .timing import cost_ratio, step_cost
 from .tree import expected_accepted, from_accuracies
+from .verify import RULES
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 CATEGORIES = ("code", "docs", "structured")
 
 
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES' -> (name, parameter)."""
+    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES', each optionally with '@RULE' (an
+    acceptance rule of verify.py, e.g. draft:4@block, medusa:16@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
-    ok = (name == "ar" and not param) or (name == "draft" and (param == "auto" or param.isdigit())) \
-        or (name == "medusa" and param.isdigit())
+    size, _, rule = param.partition("@")
+    ok = (name == "ar" and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
+        or (name == "medusa" and size.isdigit())
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES (optionally @RULE)")
+    problem = check_rule(name, rule) if rule else None
+    if rule and rule not in RULES:
+        problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
+    if problem:
+        die(problem)
     return name, param
 
 
@@ -72,14 +80,16 @@ class Runner:
     def decoder(self, spec) -> Decoder:
         if spec not in self.decoders:
             name, param = spec
+            size, _, rule = param.partition("@")
+            rule = rule or None  # None: each temperature's default rule
             if name == "ar":
                 self.decoders[spec] = Decoder(self.target, cuda_graph=self.cuda_graph)
             elif name == "draft":
-                self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if param == "auto" else int(param),
-                                              cost=self.c)
+                self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if size == "auto" else int(size),
+                                              rule=rule, cost=self.c)
             else:
-                self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(param)),
-                                              cuda_graph=self.cuda_graph)
+                self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
+                                              rule=rule, cuda_graph=self.cuda_graph)
         return self.decoders[spec]
 
     def run(self, spec, prompts, sampling) -> dict:
@@ -118,12 +128,12 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
     if first["proposed"]:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
-    if name == "draft" and param != "auto" and first["proposed"]:
+    if name == "draft" and param.isdigit() and first["proposed"]:  # Leviathan's model is of the token-level rule
         alpha = first["accepted"] / max(1, first["accepted"] + first["rejections"])  # per evaluated proposal
         row["alpha"] = round(alpha, 4)
         row["cost_ratio"] = round(runner.c, 4)
         row["predicted_speedup"] = round(expected_speedup(alpha, runner.c, int(param)), 3)
-    if name == "medusa" and temperature == 0:  # the accuracies are of greedy guesses
+    if name == "medusa" and param.isdigit() and temperature == 0:  # the accuracies are of greedy guesses
         tree = runner.tree(int(param))
         predicted_tau = 1 + expected_accepted(tree, runner.heads.accuracy.cpu())
         row["predicted_tau"] = round(predicted_tau, 3)
@@ -146,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--methods", default="ar,draft:2,draft:4,draft:6,medusa:16",
-                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES (ar is always run: speedups are against it)")
+                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, each optionally @RULE to pick the "
+                    "acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else lossless); "
+                    "ar is always run: speedups are against it")
     ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures (0 = greedy)")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
     ap.add_argument("--prompts-per-category", type=int, default=8)
@@ -213,9 +225,8 @@ def main(argv=None) -> None:
     draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
     heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
     runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph)
-    for name, param in specs:
-        if name == "medusa":
-            runner.step_costs[int(param)] = medusa_step_cost(target, heads, runner.tree(int(param)), args.cuda_graph)
+    for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
+        runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
 
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))

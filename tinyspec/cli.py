@@ -156,7 +156,7 @@ def check_rule(method: str, rule: str | None) -> str | None:
     if rule is None:
         return None
     if method == "ar":
-        return "--accept applies to --method draft or medusa"
+        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft or medusa"
     if method == "medusa" and rule in CHAIN_ONLY:
-        return f"--accept {rule} verifies a chain (--method draft), not Medusa's tree"
+        return f"the {rule} rule verifies a chain (the draft method), not Medusa's tree"
     return None

@@ -27,7 +27,7 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
         written.append(out / name)
 
     categories = sorted({r["category"] for r in rows})
-    drafts = [r for r in rows if r["method"].startswith("draft:") and r["method"] != "draft:auto"]
+    drafts = [r for r in rows if r["method"].startswith("draft:") and r["method"][6:].isdigit()]  # token-level, fixed k
     if drafts:
         fig, ax = plt.subplots(figsize=(5, 3.5))
         for t in sorted({r["temperature"] for r in drafts}):
