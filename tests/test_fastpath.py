@@ -76,19 +76,10 @@ def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
 
 
 def test_fixed_forwards_refuse_the_triton_kernel():
-    model = random_gpt().set_attention("triton") if _has_triton() else None
-    if model is None:
-        pytest.skip("triton is not installed")
+    tree_attention = pytest.importorskip("tinyspec.kernels.tree_attention")
+    model = random_gpt().set_attention(tree_attention.TreeAttention())
     with pytest.raises(ValueError, match="SDPA"):
         FixedForward(model, KVCache.for_model(model))
-
-
-def _has_triton():
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")

@@ -30,7 +30,8 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype,
+                  use_attention)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -214,7 +215,8 @@ def main(argv=None) -> None:
     rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
     prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
                for c in categories}
-    target = load_model(args.model, device, dtype).set_attention(args.attn)
+    target = load_model(args.model, device, dtype)
+    use_attention(target, args.attn, device)
     room = target.config.n_ctx - args.max_new_tokens
     for c in categories:
         if not prompts[c]:

@@ -8,6 +8,7 @@ The decoding algorithms themselves know nothing of files or flags; this is where
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -93,6 +94,20 @@ def load_encoding(path: str | Path):
         return load_tokenizer(path)
     except (FileNotFoundError, ValueError) as e:
         die(f"cannot load the tokenizer: {e}")
+
+
+def use_attention(model: GPT, name: str, device: torch.device) -> None:
+    """--attn: 'torch' (SDPA, the reference) or 'triton' (the tree-attention kernel for tree
+    verification; on a CPU only in Triton's interpreter, which must be chosen before triton loads)."""
+    if name == "torch":
+        return
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        die("--attn triton on a CPU needs Triton's interpreter: run with TRITON_INTERPRET=1 set")
+    try:
+        from .kernels.tree_attention import TreeAttention
+    except ImportError:
+        die("--attn triton needs the triton package: pip install triton")
+    model.set_attention(TreeAttention())
 
 
 def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, check_rule, die, use_attention, load_encoding, load_heads, load_model, pick_device, pick_dtype)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -190,13 +189,7 @@ def main(argv=None) -> None:
         die(problem)
     enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
-    if args.attn == "triton":
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            die("--attn triton on a CPU needs Triton's interpreter: run with TRITON_INTERPRET=1 set")
-        try:
-            model.set_attention("triton")
-        except ImportError:
-            die("--attn triton needs the triton package: pip install triton")
+    use_attention(model, args.attn, device)
     if model.config.vocab_size != enc.n_vocab:
         die(f"the model's vocabulary ({model.config.vocab_size}) differs from the tokenizer's ({enc.n_vocab}): "
             "pass the --tokenizer it was trained with")

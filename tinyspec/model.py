@@ -65,6 +65,19 @@ def prefix_mask(new_mask: torch.Tensor, L: int) -> torch.Tensor:
     return torch.cat([torch.ones(T, L, dtype=torch.bool, device=new_mask.device), new_mask], dim=1)
 
 
+class SDPA:
+    """The attention every forward uses unless told otherwise (`GPT.set_attention`): PyTorch's
+    scaled_dot_product_attention with the dense (T, keys) mask, the reference. An attention is
+    `prepare(attn_mask, T)`, run once per forward to put the mask in the form it reads, and a call
+    on (q, k, v, prepared) per layer; `kernels/tree_attention.py` offers a Triton one."""
+
+    def prepare(self, attn_mask: torch.Tensor | None, T: int):
+        return attn_mask
+
+    def __call__(self, q, k, v, attn_mask):  # attn_mask None: causal over a sequence from slot 0 (training, prefill)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None and q.shape[2] > 1)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -72,17 +85,13 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads at once
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, layer: int, cache, attn_mask: torch.Tensor | None, packed_tree_mask: torch.Tensor | None):
+    def forward(self, x, layer: int, cache, attend, mask):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H, keys, D): the cached prefix, then these T
-        if packed_tree_mask is not None:  # the Triton kernel: whole prefix + packed tree mask (kernels/tree_attention.py)
-            from .kernels.tree_attention import tree_attention  # triton is imported only when asked for
-            y = tree_attention(q, k, v, packed_tree_mask)
-        else:  # attn_mask None means "causal over a sequence that starts at slot 0" (training, prefill)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None and T > 1)
+        y = attend(q, k, v, mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -104,8 +113,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, layer, cache, attn_mask, packed_tree_mask=None):
-        x = x + self.attn(self.ln_1(x), layer, cache, attn_mask, packed_tree_mask)  # pre-LN: normalise, then add back
+    def forward(self, x, layer, cache, attend, mask):
+        x = x + self.attn(self.ln_1(x), layer, cache, attend, mask)  # pre-LN: normalise, then add back
         return x + self.mlp(self.ln_2(x))
 
 
@@ -121,7 +130,7 @@ class GPT(nn.Module):
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
-        self.attn_impl = "torch"  # "triton": tree verification's attention by the Triton kernel (set_attention)
+        self.attention = SDPA()  # or another attention with the same interface (set_attention)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2 n_layer)
             if name.endswith("c_proj.weight"):
@@ -134,15 +143,9 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def set_attention(self, impl: str) -> "GPT":
-        """'torch' (SDPA with a dense mask, the reference) or 'triton' (the tree-attention kernel
-        for every forward whose new tokens see the whole cached prefix, i.e. whose attn_mask is a
-        `prefix_mask`; needs a GPU, or TRITON_INTERPRET=1 set before triton loads)."""
-        if impl not in ("torch", "triton"):
-            raise ValueError(f"attention must be 'torch' or 'triton', got {impl!r}")
-        if impl == "triton":
-            import tinyspec.kernels.tree_attention  # noqa: F401  (fail here, not mid-generation, without triton)
-        self.attn_impl = impl
+    def set_attention(self, attention) -> "GPT":
+        """Attend with `attention` (see `SDPA`), e.g. `kernels.tree_attention.TreeAttention()`."""
+        self.attention = attention
         return self
 
     def num_params(self) -> int:
@@ -166,13 +169,10 @@ class GPT(nn.Module):
             positions = torch.arange(L, L + T, device=idx.device)
         if attn_mask is None and T > 1 and cache is not None and cache.length > 0:
             attn_mask = prefix_mask(causal_mask(T, idx.device), cache.length)
-        packed = None
-        if self.attn_impl == "triton" and attn_mask is not None:  # a prefix_mask: the kernel needs only its tree part
-            from .kernels.tree_attention import pack_tree_mask
-            packed = pack_tree_mask(attn_mask[:, -T:])  # one 32-bit word per 32 new tokens
+        mask = self.attention.prepare(attn_mask, T)  # once per forward, not per layer
         x = self.transformer.wte(idx) + self.transformer.wpe(positions)
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, layer, cache, attn_mask, packed)
+            x = block(x, layer, cache, self.attention, mask)
         if cache is not None:
             cache.advance(T)
         return self.transformer.ln_f(x)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -339,6 +340,27 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
         o_part, lse_part, out, *out.stride(), H, T, num_parts, D=D, ROWS=COMBINE_ROWS,
     )
     return out
+
+
+# The plug-in for the model
+# -------------------------
+# `GPT.set_attention(TreeAttention())` makes every forward whose attn_mask is a `prefix_mask` (the
+# whole cached prefix, then a tree mask) run these kernels; forwards without a mask (training,
+# the prefill, one-token steps) keep SDPA, which is already the fast path for them.
+
+class TreeAttention:
+    """Attention for `GPT.set_attention`: the tree part of the mask is packed once per forward
+    (`prepare`), and each layer calls `tree_attention` with it. It trusts the mask's prefix
+    columns to be all True, which `prefix_mask` guarantees; fixed-shape forwards (fastpath.py),
+    whose masks also hide unwritten slots, refuse it."""
+
+    def prepare(self, attn_mask: torch.Tensor | None, T: int):
+        return None if attn_mask is None else pack_tree_mask(attn_mask[:, -T:])
+
+    def __call__(self, q, k, v, packed_mask):
+        if packed_mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1)
+        return tree_attention(q, k, v, packed_mask)
 
 
 # The specification
