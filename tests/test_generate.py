@@ -130,3 +130,82 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tinyspec.generate", "--prompt", "x", "--model", str(tmp_path / "broken.safetensors")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("error:"), p.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--temperature", "inf"], "temperature"),
+    (["--temperature", "1e-39"], "temperature"),
+    (["--k", "3"], "--k applies to --method draft"),
+    (["--tree-nodes", "8"], "--tree-nodes applies to --method medusa"),
+    (["--accept", "block"], "plain decoding"),
+    (["--method", "medusa", "--accept", "block"], "verifies a chain"),
+    (["--method", "draft", "--k", "0"], "--k"),
+    (["--method", "draft", "--k", "17"], "--k"),
+    (["--threads", "0"], "--threads"),
+    (["--prompt-file", "{tmp}"], "is a directory"),
+    (["--prompt-file", "{tmp}/latin1.txt"], "not UTF-8"),
+    (["--prompt-file", "{tmp}/number.jsonl"], "must be a string"),
+    (["--tokenizer", "{tmp}/garbage.tiktoken"], "not a tiktoken ranks file"),
+])
+def test_more_bad_input_is_one_line_exit_2(model_file, tmp_path, argv, message, capsys):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 = 1\n".encode("latin-1"))
+    (tmp_path / "number.jsonl").write_text('{"prompt": 5}\n')
+    (tmp_path / "garbage.tiktoken").write_text("this is not\na ranks file at all\n")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    base = ["--model", str(model_file)] + (["--prompt", "x"] if "--prompt-file" not in argv else [])
+    with pytest.raises(SystemExit) as e:
+        generate.main(base + argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_model_trained_with_another_tokenizer_is_refused(tmp_path, capsys):
+    model = random_gpt(vocab_size=8192, n_ctx=64)
+    model.tokenizer_fingerprint = "0123456789abcdef"  # a retrained tokenizer of the same size
+    model.save(tmp_path / "m.safetensors")
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(tmp_path / "m.safetensors")])
+    assert e.value.code == 2 and "another tokenizer" in capsys.readouterr().err
+
+
+def test_the_shipped_models_name_the_shipped_tokenizer(enc):
+    from tinyspec.cli import DEFAULT_DRAFT, DEFAULT_MODEL
+    from tinyspec.model import GPT
+    for path in (DEFAULT_MODEL, DEFAULT_DRAFT):
+        assert GPT.from_hf(path).tokenizer_fingerprint == enc.fingerprint
+
+
+def test_colour_only_on_a_terminal_or_when_asked(model_file, capsys, monkeypatch):
+    base = ["--prompt", "x", "--max-new-tokens", "4", "--model", str(model_file), "--show"]
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    coloured = lambda captured: "\033[" in captured.out + captured.err  # tokens, and the legend of colours
+    generate.main(base)  # captured output is not a terminal
+    assert not coloured(capsys.readouterr())
+    generate.main(base + ["--color", "always"])
+    assert coloured(capsys.readouterr())
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    generate.main(base)
+    assert coloured(capsys.readouterr())
+    monkeypatch.setenv("NO_COLOR", "1")
+    generate.main(base)
+    assert not coloured(capsys.readouterr())
+
+
+def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monkeypatch):
+    from tinyspec import cli
+
+    def interrupted(self, prompt, sampling, generator, max_new_tokens):
+        yield Step([72], ["target"])
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli.Decoder, "steps", interrupted)
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(model_file)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 130 and out.startswith("x") and len(out.strip()) > 1 and "interrupted" in err
+    assert "Traceback" not in err
+
+
+def test_end_of_text_just_past_the_budget_stops_for_length_in_every_method():
+    for steps in ([[1], [2], [99]], [[1, 2, 99]]):  # plain decoding, and one speculative step
+        res = run(fake_method(steps), max_new_tokens=2, stop_id=99)
+        assert (res.token_ids, res.stop_reason) == ([1, 2], "length")

@@ -44,6 +44,42 @@ class ArgumentParser(argparse.ArgumentParser):
         die(f"{message} (see {self.prog} --help)")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each flag's default (unless it is unset or the help already says it) and
+    keeps the examples of the epilog as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def examples(*lines: str) -> str:
+    """An epilog of example commands for --help."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def set_threads(n: int | None, device: torch.device) -> int:
+    """--threads: how many CPU threads torch uses. The default is 1 on a CPU: a forward of these
+    small models is a few small matmuls, which a second thread barely speeds up when the machine
+    is idle, and slows down several times over when anything else wants a core (the threads
+    then wait for each other). Returns the count in use."""
+    if n is not None and n < 1:
+        die(f"--threads must be at least 1, got {n}")
+    if n is not None or device.type == "cpu":
+        torch.set_num_threads(n or 1)
+    return torch.get_num_threads()
+
+
+def use_colour(choice: str, stream) -> bool:
+    """--color auto|always|never: auto colours only a terminal, and never when NO_COLOR is set
+    (https://no-color.org)."""
+    if choice == "auto":
+        return stream.isatty() and not os.environ.get("NO_COLOR")
+    return choice == "always"
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_HELP = ("auto: bfloat16 on cuda, float32 on cpu. Greedy speculative output equals plain decoding's token "
               "for token in float32; in 16 bits a forward over many tokens rounds differently from a forward "
@@ -90,10 +126,53 @@ def load_model(path: str | Path, device: torch.device, dtype: torch.dtype, what:
 
 
 def load_encoding(path: str | Path):
+    path = Path(path)
+    if path == DEFAULT_TOKENIZER and not WEIGHTS.is_dir():
+        die(f"the shipped weights are not beside this tinyspec ({WEIGHTS} is missing; a non-editable "
+            "`pip install .` does not copy them): install with `pip install -e .` in a clone, or pass --tokenizer "
+            "and --model paths into the clone's weights/")
     try:
         return load_tokenizer(path)
     except (FileNotFoundError, ValueError) as e:
         die(f"cannot load the tokenizer: {e}")
+
+
+def check_tokenizer(model: GPT, enc, what: str = "model") -> None:
+    """Refuse a model trained with another tokenizer: same size is not the same tokens."""
+    if model.config.vocab_size != enc.n_vocab:
+        die(f"the {what}'s vocabulary ({model.config.vocab_size}) differs from the tokenizer's ({enc.n_vocab}): "
+            "pass the --tokenizer it was trained with")
+    if model.tokenizer_fingerprint and model.tokenizer_fingerprint != getattr(enc, "fingerprint", ""):
+        die(f"the {what} was trained with another tokenizer (fingerprint {model.tokenizer_fingerprint}, this one "
+            f"{getattr(enc, 'fingerprint', '?')}): pass the --tokenizer it was trained with")
+
+
+def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:
+    for i, ids in enumerate(encoded):
+        if not ids:
+            die(f"prompt {i + 1} is empty: give at least one character")
+        if len(ids) >= n_ctx:
+            die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
+
+
+MAX_K = 16  # draft tokens per step: beyond this, acceptance alpha^k leaves nothing to gain
+MAX_TREE_NODES = 127  # the root and 127 nodes fill the Triton kernel's largest tree tile (128)
+
+
+def check_k(k: int | str) -> str | None:
+    """The one-line problem with a draft's k (an int or 'auto'), or None."""
+    if k == "auto" or (isinstance(k, int) and 1 <= k <= MAX_K):
+        return None
+    return f"k must be an integer in 1..{MAX_K} or 'auto', got {k!r}"
+
+
+def check_tree_nodes(nodes: int, n_ctx: int) -> str | None:
+    """The one-line problem with a tree of `nodes` nodes, or None."""
+    if not 1 <= nodes <= MAX_TREE_NODES:
+        return f"a tree has 1..{MAX_TREE_NODES} nodes, got {nodes}"
+    if nodes + 2 >= n_ctx:
+        return f"a tree of {nodes} nodes does not fit the model's context of {n_ctx}: use a smaller tree"
+    return None
 
 
 def use_attention(model: GPT, name: str, device: torch.device) -> None:

@@ -3,7 +3,8 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --max-new-tokens 64
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --k 4 --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
-    python -m tinyspec.generate --prompt-file prompts.jsonl --json --temperature 0
+    python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
+    python -m tinyspec.generate --prompt-file prompts.jsonl --json
 
 The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model) and
 `medusa.py` (Medusa trees), with the acceptance rules in `verify.py`; this file reads prompts and
@@ -21,7 +22,9 @@ from pathlib import Path
 import torch
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, use_attention, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, HelpFormatter, check_k, check_prompts, check_rule, check_tokenizer, check_tree_nodes, die,
+                  examples, load_encoding, load_heads, load_model, pick_device, pick_dtype, set_threads, use_attention,
+                  use_colour)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -42,9 +45,14 @@ def read_prompts(args) -> list[str]:
     if args.prompt is not None:
         return [args.prompt]
     path = Path(args.prompt_file)
+    if path.is_dir():
+        die(f"--prompt-file {path} is a directory: give a file")
     if not path.is_file():
         die(f"--prompt-file {path}: no such file")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as e:
+        die(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8")
     if not lines:
         die(f"--prompt-file {path} holds no prompts")
     if not lines[0].lstrip().startswith("{"):
@@ -52,24 +60,27 @@ def read_prompts(args) -> list[str]:
     prompts = []
     for i, line in enumerate(lines, 1):
         try:
-            prompts.append(json.loads(line)["prompt"])
+            prompt = json.loads(line)["prompt"]
         except (json.JSONDecodeError, KeyError, TypeError):
             die(f"--prompt-file {path}, line {i}: expected a JSON object with a \"prompt\" field")
+        if not isinstance(prompt, str):
+            die(f"--prompt-file {path}, line {i}: \"prompt\" must be a string, got {type(prompt).__name__}")
+        prompts.append(prompt)
     return prompts
 
 
 class Printer:
     """Streams tokens to the terminal as UTF-8 text (a character may span tokens); with
-    `show`, each token is coloured by where it came from (see COLOURS)."""
+    `colour`, each token is coloured by where it came from (see COLOURS)."""
 
-    def __init__(self, enc, stream=None, show: bool = False):
-        self.enc, self.stream, self.show = enc, stream or sys.stdout, show
+    def __init__(self, enc, stream=None, colour: bool = False):
+        self.enc, self.stream, self.colour = enc, stream or sys.stdout, colour
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def __call__(self, step: Step) -> None:
         for t, source in zip(step.tokens, step.sources):
             text = self.decoder.decode(self.enc.decode_single_token_bytes(t))
-            colour = COLOURS.get(source) if self.show else None
+            colour = COLOURS.get(source) if self.colour else None
             self.stream.write(f"{colour}{text}\033[0m" if colour and text else text)
         self.stream.flush()
 
@@ -78,24 +89,29 @@ class Printer:
         self.stream.flush()  # before the summary goes to stderr
 
 
+METHOD_FLAGS = {"draft": ("k", "k_max", "draft"), "medusa": ("heads", "tree", "tree_nodes")}  # flags only they read
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.generate", description=__doc__.split("\n\n")[0],
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        formatter_class=HelpFormatter, epilog=examples(*[
+                            line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the text to continue")
-    src.add_argument("--prompt-file", help="JSONL with a \"prompt\" field per line, or one prompt per line")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    src.add_argument("--prompt-file", help="UTF-8 file: JSONL with a \"prompt\" field per line, or one prompt per line")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
+                    "<|endoftext|>, or when the context window is full)")
     ap.add_argument("--method", choices=["ar", "draft", "medusa"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
                     "medusa: Medusa heads propose a tree, verified in one target pass")
-    ap.add_argument("--k", default="4", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the "
-                    "running acceptance rate and the measured draft/target cost")
-    ap.add_argument("--k-max", type=int, default=8, help="draft with --k auto: the largest k to try")
-    ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights")
-    ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="medusa: the heads' weights")
-    ap.add_argument("--tree", default="default", help="medusa: 'default' (built from the heads' measured accuracies) "
-                    "or a JSON file {\"choices\": [[0], [1], [0, 0], ...]}")
-    ap.add_argument("--tree-nodes", type=int, default=16, help="medusa: nodes in the default tree")
+    ap.add_argument("--k", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the running "
+                    "acceptance rate and the measured draft/target cost (default: 4)")
+    ap.add_argument("--k-max", type=int, help="draft with --k auto: the largest k to try (default: 8)")
+    ap.add_argument("--draft", help=f"draft: the draft model's weights (default: {DEFAULT_DRAFT.name} in weights/)")
+    ap.add_argument("--heads", help=f"medusa: the heads' weights (default: {DEFAULT_HEADS.name} in weights/)")
+    ap.add_argument("--tree", help="medusa: 'default' (built from the heads' measured accuracies) or a JSON file "
+                    "{\"choices\": [[0], [1], [0, 0], ...]} (default: default)")
+    ap.add_argument("--tree-nodes", type=int, help="medusa: nodes in the default tree (default: 16)")
     ap.add_argument("--accept", choices=list(RULES), default=None,
                     help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
@@ -105,56 +121,69 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch",
                     help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
                     "CPU it runs in Triton's interpreter when TRITON_INTERPRET=1 is set: slow, for checking)")
-    ap.add_argument("--show", action="store_true", help="colour tokens by origin: accepted proposals, corrections, bonus")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
-    ap.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    ap.add_argument("--show", action="store_true", help="colour tokens by origin: accepted proposals, corrections, "
+                    "bonus tokens (see --color)")
+    ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                    help="when --show colours: auto = only on a terminal and without NO_COLOR set")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more)")
+    ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only")
+    ap.add_argument("--top-p", type=float, help="nucleus sampling: the most likely tokens holding this much mass")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU, see README: a second "
+                    "thread gains little on these small models and costs several times over on a busy machine)")
     ap.add_argument("--cuda-graph", action="store_true", help="run each decoding step (--method ar) or tree "
                     "verification (--method medusa) as a captured CUDA graph: no Python or launch overhead per step")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     return ap
 
 
+def check_method_flags(args) -> None:
+    """A flag the chosen method does not read is a mistake worth saying, not ignoring."""
+    for method, flags in METHOD_FLAGS.items():
+        for flag in flags:
+            if getattr(args, flag) is not None and args.method != method:
+                die(f"--{flag.replace('_', '-')} applies to --method {method}, not {args.method}")
+    problem = check_rule(args.method, args.accept)
+    if problem:
+        die(problem)
+
+
 def load_heads_and_tree(args, model: GPT, device, dtype) -> tuple[MedusaHeads, object]:
     """The Medusa heads (checked against the target) and the tree they propose."""
-    heads = load_heads(args.heads, model, device, dtype)
-    if args.tree == "default":
+    path = args.heads or DEFAULT_HEADS
+    heads = load_heads(path, model, device, dtype)
+    if args.tree in (None, "default"):
         if heads.accuracy is None:
-            die(f"{args.heads} records no head accuracies to build a default tree from: pass --tree FILE.json")
-        if args.tree_nodes < 1:
-            die(f"--tree-nodes must be at least 1, got {args.tree_nodes}")
-        tree = from_accuracies(heads.accuracy, args.tree_nodes)
+            die(f"{path} records no head accuracies to build a default tree from: pass --tree FILE.json")
+        nodes = 16 if args.tree_nodes is None else args.tree_nodes
+        problem = check_tree_nodes(nodes, model.config.n_ctx)
+        if problem:
+            die(f"--tree-nodes: {problem}")
+        tree = from_accuracies(heads.accuracy, nodes)
     else:
         try:
             tree = load_tree(args.tree)
         except ValueError as e:
             die(str(e))
+        problem = check_tree_nodes(len(tree), model.config.n_ctx)
+        if problem:
+            die(f"--tree {args.tree}: {problem}")
     if tree.max_depth > heads.n_heads:
         die(f"the tree is {tree.max_depth} deep but there are only {heads.n_heads} heads: use a shallower tree")
-    if args.attn == "triton" and len(tree) + 1 > 128:
-        die(f"--attn triton verifies at most 128 tokens (the root and 127 nodes); the tree has {len(tree)} nodes")
-    if len(tree) + 2 >= model.config.n_ctx:
-        die(f"a tree of {len(tree)} nodes does not fit the model's context of {model.config.n_ctx}: use a smaller tree")
     return heads, tree
 
 
-def parse_k(args) -> int | None:
-    """--k as an int in 1..16, or None for 'auto'."""
-    if args.k == "auto":
-        if not 1 <= args.k_max <= 16:
-            die(f"--k-max must be in 1..16, got {args.k_max}")
-        return None
-    try:
-        k = int(args.k)
-    except ValueError:
-        k = 0
-    if not 1 <= k <= 16:
-        die(f"--k must be an integer in 1..16 or 'auto', got {args.k!r}")
+def parse_k(args) -> int | str:
+    """--k as an int in 1..16, or 'auto'."""
+    k = args.k or "4"
+    k = int(k) if k.isdigit() else k
+    problem = check_k(k) or (check_k(args.k_max) if k == "auto" and args.k_max is not None else None)
+    if problem:
+        die(f"--k{'-max' if k == 'auto' else ''}: {problem}")
     return k
 
 
@@ -171,7 +200,14 @@ def summary(stats: dict) -> str:
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
+    try:
+        generate(build_parser().parse_args(argv))
+    except KeyboardInterrupt:  # while loading; during decoding `run` returns what it has
+        print("\n[interrupted]", file=sys.stderr)
+        raise SystemExit(130)
+
+
+def generate(args) -> None:
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
         sampling.check()
@@ -179,44 +215,36 @@ def main(argv=None) -> None:
         die(str(e))
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    check_method_flags(args)
     k = parse_k(args) if args.method == "draft" else None
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
+    threads = set_threads(args.threads, device)
     if args.cuda_graph and (device.type != "cuda" or args.method == "draft" or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
-    problem = check_rule(args.method, args.accept)
-    if problem:
-        die(problem)
+    prompts = read_prompts(args)
     enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
+    check_tokenizer(model, enc)
     use_attention(model, args.attn, device)
-    if model.config.vocab_size != enc.n_vocab:
-        die(f"the model's vocabulary ({model.config.vocab_size}) differs from the tokenizer's ({enc.n_vocab}): "
-            "pass the --tokenizer it was trained with")
     draft = heads = tree = None
     if args.method == "draft":
-        draft = load_model(args.draft, device, dtype, what="draft")
-        if draft.config.vocab_size != model.config.vocab_size:
-            die(f"the draft's vocabulary ({draft.config.vocab_size}) differs from the target's "
-                f"({model.config.vocab_size}): a draft must share the target's tokenizer")
+        draft = load_model(args.draft or DEFAULT_DRAFT, device, dtype, what="draft")
+        check_tokenizer(draft, enc, "draft")
     if args.method == "medusa":
         heads, tree = load_heads_and_tree(args, model, device, dtype)
-    prompts = read_prompts(args)
     n_ctx = model.config.n_ctx if draft is None else min(model.config.n_ctx, draft.config.n_ctx)
     encoded = [enc.encode_ordinary(p) for p in prompts]
-    for i, ids in enumerate(encoded):
-        if not ids:
-            die(f"prompt {i + 1} is empty: give at least one character")
-        if len(ids) >= n_ctx:
-            die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
-    c = cost_ratio(model, draft) if draft is not None and k is None else None
-    decoder = Decoder(model, args.method, draft, "auto" if k is None else k, heads, tree, args.accept,
-                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max)
+    check_prompts(encoded, n_ctx)
+    c = cost_ratio(model, draft) if k == "auto" else None
+    decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
+                      k_max=args.k_max or 8)
+    colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):
         generator = torch.Generator(device=device).manual_seed(args.seed)
         steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
-        printer = None if args.json else Printer(enc, show=args.show)
+        printer = None if args.json else Printer(enc, colour=colour)
         if printer:
             print(prompt, end="", flush=True)
         res = run(steps, args.max_new_tokens, enc.eot_token, printer, device)
@@ -228,6 +256,8 @@ def main(argv=None) -> None:
         if device.type == "cuda":
             peak = peak or copy_bandwidth(device)
             stats["of_copy_bandwidth"] = round(weight_traffic / peak, 3)
+        else:
+            stats["threads"] = threads
         if c is not None:
             stats["cost_ratio"] = round(c, 4)
         if printer:
@@ -235,11 +265,14 @@ def main(argv=None) -> None:
             if res.stop_reason == "context":
                 print(f"[stopped: the model's context of {n_ctx} tokens is full]", file=sys.stderr)
             print(summary(stats), file=sys.stderr)
-            if args.show:
+            if colour:
                 print(LEGEND, file=sys.stderr)
         else:
             print(json.dumps({"prompt": prompt, "text": enc.decode(res.token_ids), "token_ids": res.token_ids,
                               "stats": stats}), flush=True)
+        if res.stop_reason == "interrupted":
+            print("[interrupted]", file=sys.stderr)
+            raise SystemExit(130)
 
 
 if __name__ == "__main__":

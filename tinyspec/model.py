@@ -131,6 +131,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
         self.attention = SDPA()  # or another attention with the same interface (set_attention)
+        self.tokenizer_fingerprint = ""  # the tokenizer it was trained with (tokenizer.fingerprint), if known
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2 n_layer)
             if name.endswith("c_proj.weight"):
@@ -203,10 +204,13 @@ class GPT(nn.Module):
         return sd
 
     def save(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
-        """One safetensors file (HF GPT-2 tensor names) with our config in its metadata, written
-        atomically. `GPT.from_hf(path)` loads it back."""
+        """One safetensors file (HF GPT-2 tensor names) with our config and the tokenizer's
+        fingerprint in its metadata, written atomically. `GPT.from_hf(path)` loads it back."""
         sd = {k: v.to(dtype) if dtype else v for k, v in self.hf_state_dict().items()}
-        atomic_save_tensors(sd, path, {"config": json.dumps(asdict(self.config))})
+        meta = {"config": json.dumps(asdict(self.config))}
+        if self.tokenizer_fingerprint:
+            meta["tokenizer"] = self.tokenizer_fingerprint
+        atomic_save_tensors(sd, path, meta)
 
     def to_hf(self, directory: str | Path, eos_token_id: int | None = None) -> None:
         """Write `config.json` + `model.safetensors` that transformers' GPT2LMHeadModel loads."""
@@ -252,6 +256,7 @@ class GPT(nn.Module):
         missing = [m for m in missing if m != "lm_head.weight"]
         if missing or unexpected:
             raise ValueError(f"{file} does not match the GPT-2 layout: missing {missing}, unexpected {unexpected}")
+        model.tokenizer_fingerprint = meta.get("tokenizer", "")
         return model.to(device=device, dtype=dtype or next(iter(sd.values())).dtype)
 
 

@@ -21,6 +21,7 @@ rule of tiktoken's educational trainer (`tiktoken._educational.bpe_train`), our 
 from __future__ import annotations
 
 import base64
+import hashlib
 import heapq
 from collections import Counter
 from pathlib import Path
@@ -159,11 +160,26 @@ def load_ranks(path: str | Path) -> dict[bytes, int]:
     """Read a ranks file. (tiktoken's own `load_tiktoken_bpe` caches by *path* in a temp dir,
     so a retrained file at the same path would silently load the old merges.)"""
     ranks = {}
-    for line in Path(path).read_text().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
+    try:
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if line:
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+    except (UnicodeDecodeError, ValueError) as e:  # binary junk, wrong field count, bad base64 or rank
+        where = f", line {n}" if "n" in locals() else ""
+        raise ValueError(f"{path} is not a tiktoken ranks file{where} (expected 'base64-token rank' per line: {e})") from None
+    if len(ranks) < 256:
+        raise ValueError(f"{path} holds {len(ranks)} tokens; a byte-level BPE ranks file has at least the 256 bytes")
     return ranks
+
+
+def fingerprint(ranks: dict[bytes, int]) -> str:
+    """A short hash of the merges: checkpoints record the tokenizer they were trained with, and a
+    retrained tokenizer of the same size is refused instead of silently garbling every token."""
+    h = hashlib.sha1()
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        h.update(base64.b64encode(token) + f" {rank}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def make_encoding(ranks: dict[bytes, int], name: str = "tinyspec") -> tiktoken.Encoding:
@@ -174,8 +190,11 @@ def make_encoding(ranks: dict[bytes, int], name: str = "tinyspec") -> tiktoken.E
 
 
 def load_tokenizer(path: str | Path) -> tiktoken.Encoding:
-    """Load a ranks file written by `save_ranks` as a tiktoken Encoding."""
+    """Load a ranks file written by `save_ranks` as a tiktoken Encoding; `.fingerprint` names it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} not found: train one with `python -m tinyspec.train tokenizer`")
-    return make_encoding(load_ranks(path), name=path.stem)
+    ranks = load_ranks(path)
+    enc = make_encoding(ranks, name=path.stem)
+    enc.fingerprint = fingerprint(ranks)
+    return enc
