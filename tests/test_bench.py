@@ -42,7 +42,7 @@ def test_quick_benchmark_reports_every_figure(files, capsys):
     assert {p["method"] for p in peers} == {"hf", "hf-assisted"}
     for p in peers:
         assert p["tokens_per_s"] > 0 and p["tinyspec_speedup"] > 0
-        assert p["matches_tinyspec"] == 1.0  # HF's greedy decoding of our exported weights writes our tokens
+        assert p["same_as_tinyspec"] == 2  # HF's greedy decoding of our exported weights writes our tokens
 
 
 def test_table_plots_and_bad_flags(files, tmp_path, capsys):
@@ -68,3 +68,42 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["kernels"])
     assert e.value.code == 2 and "CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "medusa:0"], "1..127 nodes"),
+    (["--methods", "medusa:1000"], "1..127 nodes"),
+    (["--methods", "draft:0"], "1..16"),
+    (["--methods", "draft:100"], "1..16"),
+    (["--methods", "medusa:8@block"], "verifies a chain"),
+    (["--methods", "draft:4@nope"], "unknown acceptance rule"),
+    (["--temperatures", "1e-39"], "--temperatures"),
+    (["--tokenizer", "{d}/none.tiktoken"], "cannot load the tokenizer"),
+    (["--heads", "{d}/none.safetensors", "--methods", "medusa:8"], "not found"),
+    (["--heads", "{d}/other.safetensors", "--methods", "medusa:8"], "different target"),
+    (["--heads", "{d}/target.safetensors", "--methods", "medusa:8"], "not a Medusa heads file"),
+    (["--prompts", "{d}/nocategory.jsonl"], "category"),
+    (["--prompts", "{d}/long.jsonl", "--categories", "code"], "shorten it"),
+    (["--max-new-tokens", "400", "--categories", "code"], "lower --max-new-tokens to"),
+    (["--threads", "0"], "--threads"),
+])
+def test_bad_benchmark_input_is_one_line_exit_2(files, argv, message, capsys):
+    random_gpt(vocab_size=8192, n_ctx=320, seed=7).save(files / "other_target.safetensors")
+    heads = MedusaHeads(32, 3)
+    heads.target_fingerprint = random_gpt(vocab_size=8192, n_ctx=320, seed=7).fingerprint()
+    heads.save(files / "other.safetensors")
+    (files / "nocategory.jsonl").write_text('{"prompt": "def f():"}\n')
+    (files / "long.jsonl").write_text(json.dumps({"category": "code", "prompt": "x = 1\n" * 400}) + "\n")
+    argv = [a.format(d=files) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--model", str(files / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
+                    "--heads", str(files / "heads.safetensors"), "--no-hf", "--quick"] + argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_quick_keeps_the_settings_given(files, capsys):
+    bench.main(["--quick", "--json", "--no-hf", "--methods", "ar", "--max-new-tokens", "5", "--categories", "docs",
+                "--model", str(files / "target.safetensors")])
+    report = json.loads(capsys.readouterr().out)
+    assert report["max_new_tokens"] == 5 and report["repeats"] == 1 and len(report["rows"]) == 1

@@ -1,7 +1,7 @@
 """`python -m tinyspec.bench`: every method on the same held-out prompts, same device, same run.
 
-    python -m tinyspec.bench --quick                      # about a minute on a CPU
-    python -m tinyspec.bench --methods ar,draft:2,draft:4,draft:6 --temperatures 0,1 --json
+    python -m tinyspec.bench --quick                      # under a minute on a CPU
+    python -m tinyspec.bench --methods ar,draft:4,draft:4@block --temperatures 1 --json
     python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)
     python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)
 
@@ -30,8 +30,8 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype,
-                  use_attention)
+                  Decoder, HelpFormatter, check_k, check_rule, check_tokenizer, check_tree_nodes, die, examples,
+                  load_encoding, load_heads, load_model, pick_device, pick_dtype, set_threads, use_attention)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -153,31 +153,40 @@ def print_table(rows, cols, head) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+QUICK = dict(methods="ar,draft:4,medusa:16", temperatures="0", prompts_per_category=2, max_new_tokens=48, repeats=1)
+FULL = dict(methods="ar,draft:2,draft:4,draft:6,medusa:16", temperatures="0,1", prompts_per_category=8,
+            max_new_tokens=128, repeats=3)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--methods", default="ar,draft:2,draft:4,draft:6,medusa:16",
-                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, each optionally @RULE to pick the "
-                    "acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else lossless); "
-                    "ar is always run: speedups are against it")
-    ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures (0 = greedy)")
+                        formatter_class=HelpFormatter, epilog=examples(*[
+                            line.strip() for line in __doc__.split("\n\n")[1].splitlines()]) + "\n\n"
+                        "`python -m tinyspec.bench kernels --help` describes the kernel benchmark.")
+    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, each optionally @RULE to "
+                    "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
+                    f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
+    ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
-    ap.add_argument("--prompts-per-category", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3, help="timed passes per setting (the median is reported)")
-    ap.add_argument("--quick", action="store_true", help="a small run for a CPU: 2 prompts per category, 48 tokens, "
-                    "ar/draft:4/medusa:16, greedy only, 1 timed pass")
+    ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category "
+                    f"(default: {FULL['prompts_per_category']})")
+    ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
+    ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods; the median is "
+                    f"reported (default: {FULL['repeats']})")
+    ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
+                    "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
     ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
-    ap.add_argument("--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--draft", default=str(DEFAULT_DRAFT))
-    ap.add_argument("--heads", default=str(DEFAULT_HEADS))
-    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
+    ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights (for draft:K rows)")
+    ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="Medusa heads (for medusa:NODES rows)")
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
+    ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
     ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps as recorded CUDA graphs "
                     "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
     ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
                     "when transformers is installed)")
@@ -186,46 +195,91 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup = tok/s over ar's in the same "
+          "interleaved pass (median over passes); predicted = the analytic model's speedup from measured inputs "
+          "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
+          "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
+          "decoding's, token for token")
+
+
+def read_prompt_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        die(f"--prompts {path} not found: make it with python -m tinyspec.data")
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = isinstance(row["category"], str) and isinstance(row["prompt"], str)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            die(f"--prompts {path}, line {i}: expected a JSON object with string \"category\" and \"prompt\" fields")
+        rows.append(row)
+    return rows
+
+
+def check_specs(specs, n_ctx: int) -> None:
+    """The same limits generate puts on k and on tree sizes."""
+    for name, param in specs:
+        size = param.partition("@")[0]
+        problem = (check_k(size if size == "auto" else int(size)) if name == "draft" else
+                   check_tree_nodes(int(size), n_ctx) if name == "medusa" else None)
+        if problem:
+            die(f"--methods {name}:{param}: {problem}")
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["kernels"]:
         from .kernels.bench import main as kernel_main
         return kernel_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.quick:
-        args.methods, args.temperatures, args.prompts_per_category = "ar,draft:4,medusa:16", "0", 2
-        args.max_new_tokens, args.repeats = 48, 1
+    for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     specs = [parse_method(m) for m in dict.fromkeys(["ar"] + args.methods.split(","))]
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
-    except ValueError:
-        die(f"--temperatures must be comma-separated numbers, got {args.temperatures!r}")
-    if any(t < 0 for t in temperatures) or args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
-        die("temperatures must be >= 0, and --repeats, --prompts-per-category, --max-new-tokens at least 1")
+        for t in temperatures:
+            Sampling(t).check()
+    except ValueError as e:
+        die(f"--temperatures must be comma-separated temperatures, 0 or >= 0.001: {args.temperatures!r} ({e})")
+    if args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
+        die("--repeats, --prompts-per-category and --max-new-tokens must be at least 1")
     categories = args.categories.split(",")
     if not set(categories) <= set(CATEGORIES):
         die(f"--categories must be among {', '.join(CATEGORIES)}")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
+    set_threads(args.threads, device)
     if args.cuda_graph and (device.type != "cuda" or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
+    rows = read_prompt_rows(Path(args.prompts))
     enc = load_encoding(args.tokenizer)
-    if not Path(args.prompts).is_file():
-        die(f"--prompts {args.prompts} not found: make it with python -m tinyspec.data")
-    rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
     prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
                for c in categories}
     target = load_model(args.model, device, dtype)
+    check_tokenizer(target, enc)
     use_attention(target, args.attn, device)
-    room = target.config.n_ctx - args.max_new_tokens
+    check_specs(specs, target.config.n_ctx)
+    n_ctx = target.config.n_ctx
     for c in categories:
         if not prompts[c]:
             die(f"no prompts of category {c} in {args.prompts}")
-        if max(map(len, prompts[c])) >= room:
-            die(f"a {c} prompt of {max(map(len, prompts[c]))} tokens plus --max-new-tokens {args.max_new_tokens} "
-                f"does not fit the model's context of {target.config.n_ctx}: lower --max-new-tokens")
+        longest = max(map(len, prompts[c]))
+        if longest >= n_ctx:
+            die(f"a {c} prompt is {longest} tokens, the model's context is {n_ctx}: shorten it in {args.prompts}")
+        if longest + args.max_new_tokens > n_ctx:
+            die(f"a {c} prompt of {longest} tokens plus --max-new-tokens {args.max_new_tokens} does not fit the "
+                f"model's context of {n_ctx}: lower --max-new-tokens to {n_ctx - longest} or less")
     draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
+    if draft is not None:
+        check_tokenizer(draft, enc, "draft")
     heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
+    if heads is not None and heads.accuracy is None:
+        die(f"{args.heads} records no head accuracies, which the benchmark's trees are built from")
     runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph)
     for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
         runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
@@ -264,15 +318,15 @@ def main(argv=None) -> None:
         print(json.dumps(report, indent=1))
         return
     print(f"device: {device_name}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
-          f"{args.repeats} timed pass(es); tau = tokens per target forward, correction/bonus included; same = "
-          "prompts whose greedy output is plain decoding's, token for token")
+          f"{args.repeats} timed pass(es). {LEGEND}")
     print_table(out, ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
                       "predicted_speedup", "same_as_ar"],
                 ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted", "same"])
     if peers:
-        print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft):")
-        print_table(peers, ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup", "matches_tinyspec"],
-                    ["method", "T", "category", "tok/s", "tinyspec x", "same tokens"])
+        print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft; "
+              "same = prompts whose greedy tokens are tinyspec's):")
+        print_table(peers, ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup", "same_as_tinyspec"],
+                    ["method", "T", "category", "tok/s", "tinyspec x", "same"])
 
 
 def compare_with_huggingface(runner, prompts, temperatures, repeats, rows) -> list[dict]:

@@ -5,7 +5,7 @@ then decodes the same prompts plainly and with assisted generation (`assistant_m
 draft-model speculative decoding). They run on the same device and dtype as tinyspec, get the
 same warm-up and the median of the same number of passes, generate exactly as many tokens (no
 stop token), and at temperature 0 must write the same tokens as tinyspec's greedy decoding,
-which `matches_tinyspec` reports.
+which `same_as_tinyspec` counts (prompts, like the main table's `same`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,6 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
                     row = {"method": name, "temperature": temperature, "category": category,
                            "tokens_per_s": round(statistics.median(new_tokens / s for _, s in passes), 2)}
                     if greedy_ours is not None:
-                        row["matches_tinyspec"] = sum(a == b for a, b in zip(passes[0][0], greedy_ours)) / len(batch)
+                        row["same_as_tinyspec"] = sum(a == b for a, b in zip(passes[0][0], greedy_ours))
                     rows.append(row)
         return rows
