@@ -90,3 +90,37 @@ def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypat
     assert resumed["step"] == straight["step"] == 20
     a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_the_shipped_files_are_never_replaced_by_accident(tmp_path, capsys):
+    before = (WEIGHTS / "tokenizer.tiktoken").read_bytes()
+    for argv in (["tokenizer", "--out", str(WEIGHTS / "tokenizer.tiktoken")],
+                 ["medusa", "--out", str(WEIGHTS / "medusa.safetensors")],
+                 ["gpt", "--preset", "tiny", "--out", str(WEIGHTS / "target.safetensors")]):
+        with pytest.raises(SystemExit) as e:
+            train.main(argv)
+        assert e.value.code == 2 and "--force" in capsys.readouterr().err
+    assert (WEIGHTS / "tokenizer.tiktoken").read_bytes() == before
+    assert train.build_parser().parse_args(["tokenizer"]).out.startswith("runs/")
+    assert train.build_parser().parse_args(["medusa"]).out.startswith("runs/")
+
+
+def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(train.time, "time", lambda: now[0])
+    budget = train.Budget(minutes=1.0, eval_batches=6)  # deadline at 1060
+    assert budget.room_for_a_step()  # nothing measured yet: the first step runs
+    budget.step_s = 10.0  # validation estimated at 6 batches x a third of a step = 20 s
+    now[0] = 1029.0
+    assert budget.room_for_a_step()  # 1029 + 10 + 20 = 1059
+    now[0] = 1031.0
+    assert not budget.room_for_a_step()
+    budget.eval_s = 5.0  # measured: shorter than estimated
+    assert budget.room_for_a_step()  # 1031 + 10 + 5 = 1046
+    assert train.Budget(None, 6).room_for_a_step()
+
+
+def test_a_trained_model_names_its_tokenizer(tmp_path):
+    tiny_run(tmp_path, tmp_path / "r", 2)
+    enc = load_tokenizer(WEIGHTS / "tokenizer.tiktoken")
+    assert GPT.from_hf(tmp_path / "r" / "out.safetensors").tokenizer_fingerprint == enc.fingerprint

@@ -1,10 +1,13 @@
-"""Training: `python -m tinyspec.train tokenizer|gpt ...`.
+"""Training: `python -m tinyspec.train tokenizer|gpt|medusa ...`.
 
-    python -m tinyspec.train tokenizer                 # BPE merges -> weights/tokenizer.tiktoken
-    python -m tinyspec.train gpt --preset small        # a GPT on the stdlib corpus
-    python -m tinyspec.train gpt --preset tiny --steps 50 --out /tmp/tiny.safetensors
+    python -m tinyspec.train tokenizer                 # BPE merges -> runs/tokenizer/tokenizer.tiktoken
+    python -m tinyspec.train gpt --preset tiny --steps 50 --run-dir runs/tiny
+    python -m tinyspec.train gpt --preset small        # the shipped target's recipe -> runs/small/final.safetensors
     python -m tinyspec.train gpt --preset draft --distill-from weights/target.safetensors
-    python -m tinyspec.train medusa                    # heads for the shipped target
+    python -m tinyspec.train medusa                    # heads for the shipped target -> runs/medusa/medusa.safetensors
+
+Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
+only replaced with --force.
 
 A GPT is trained like nanoGPT: random windows of the token file, AdamW (beta2 0.95, weight
 decay on matrices only), linear warm-up then cosine decay to 10% of the peak learning rate,
@@ -30,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from . import data, distill
-from .cli import WEIGHTS, ArgumentParser, die, pick_device
+from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_tokenizer, die, examples, pick_device, set_threads
 from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from .model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
@@ -41,7 +44,17 @@ from .tree import expected_accepted, from_accuracies
 
 # ---- tokenizer ------------------------------------------------------------------------------
 
+def check_output(path: str | Path, force: bool) -> Path:
+    """Where a command writes; the shipped weights are never replaced by accident."""
+    path = Path(path)
+    if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
+        die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def train_tokenizer(args) -> None:
+    check_output(args.out, args.force)
     texts = data.corpus("train", args.text)
     print(f"counting chunks in {len(texts)} documents ({sum(map(len, texts)) / 1e6:.1f}M characters)")
     counts = None
@@ -108,9 +121,28 @@ def load_checkpoint(ckpt: Path, model, opt, data_rng, device) -> dict:
     return state
 
 
+class Budget:
+    """--max-minutes, counted from the start of the command: a step is begun only if it and the
+    validation that must follow it (measured, or estimated at a third of a step per batch, as
+    it runs the forward only) still fit."""
+
+    def __init__(self, minutes: float | None, eval_batches: int):
+        self.deadline = time.time() + 60 * minutes if minutes else None
+        self.eval_batches, self.step_s, self.eval_s = eval_batches, None, None
+
+    def room_for_a_step(self) -> bool:
+        if self.deadline is None or self.step_s is None:
+            return True  # the first step always runs: it measures the others
+        eval_s = self.eval_s if self.eval_s is not None else self.eval_batches * self.step_s / 3
+        return time.time() + self.step_s + eval_s <= self.deadline
+
+
 def train_gpt(args) -> None:
+    budget = Budget(args.max_minutes, args.eval_batches)
     device = pick_device(args.device)
+    set_threads(args.threads, device)
     enc = load_tokenizer(args.tokenizer)
+    out = check_output(args.out or Path(args.run_dir or f"runs/{args.preset}") / "final.safetensors", args.force)
     overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
     config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
     if config.n_embd % config.n_head:
@@ -118,6 +150,7 @@ def train_gpt(args) -> None:
     args.block_size = min(args.block_size or config.n_ctx, config.n_ctx)
     torch.manual_seed(args.seed)
     model = GPT(config).to(device)
+    model.tokenizer_fingerprint = enc.fingerprint
     opt = make_optimizer(model, args.lr, args.weight_decay)
     data_rng = torch.Generator().manual_seed(args.seed)
     run_dir = Path(args.run_dir or f"runs/{args.preset}")
@@ -135,8 +168,7 @@ def train_gpt(args) -> None:
     teacher = None
     if args.distill_from:  # knowledge distillation (Hinton et al. 2015): learn the teacher's p, not the corpus
         teacher = GPT.from_hf(args.distill_from, device=device, dtype=torch.float32).eval().requires_grad_(False)
-        if teacher.config.vocab_size != config.vocab_size:
-            die(f"--distill-from {args.distill_from}: vocabulary {teacher.config.vocab_size} differs from the tokenizer's {config.vocab_size}")
+        check_tokenizer(teacher, enc, "--distill-from teacher")
     data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
     meta = json.loads((data_path / "meta.json").read_text())
     train_tokens, val_tokens = data.TokenFile(data_path / "train.bin"), data.TokenFile(data_path / "val.bin")
@@ -152,10 +184,21 @@ def train_gpt(args) -> None:
                         "config": asdict(config), "history": history, "args": vars(args),
                         "train_seconds": round(seconds_before + time.time() - t_start, 1)})
 
-    t_start, deadline = time.time(), time.time() + 60 * args.max_minutes if args.max_minutes else None
+    def validate():
+        t0 = time.time()
+        val = evaluate(model, val_tokens, args, device, autocast)
+        budget.eval_s = time.time() - t0
+        bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+        checkpoint(val)
+
+    t_start = time.time()
     bar = tqdm(total=args.steps, initial=step, desc="training", dynamic_ncols=True)
     model.train()
+    out_of_time, loss = False, torch.tensor(float("nan"))
     while step < args.steps:
+        if not budget.room_for_a_step():
+            out_of_time = True
+            break
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         x, y = (t.to(device, non_blocking=True) for t in train_tokens.batch(args.batch_size, args.block_size, data_rng))
@@ -175,18 +218,16 @@ def train_gpt(args) -> None:
         opt.step()
         step, tokens_seen = step + 1, tokens_seen + tokens_per_step
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / (time.time() - t0):.0f}")
-        out_of_time = deadline is not None and time.time() > deadline
-        if step % args.eval_every == 0 or step == args.steps or out_of_time:
-            val = evaluate(model, val_tokens, args, device, autocast)
-            bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
-            checkpoint(val)
-        if out_of_time:
-            bar.write(f"--max-minutes {args.max_minutes} reached at step {step}; --resume continues")
-            break
+        budget.step_s = time.time() - t0
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / budget.step_s:.0f}")
+        if step % args.eval_every == 0 or step == args.steps:
+            validate()
+    if not history or history[-1]["step"] != step:  # stopped between validations: validate and checkpoint here
+        validate()
+    if out_of_time:
+        bar.write(f"--max-minutes {args.max_minutes}: stopped at step {step}, before a step and validation would "
+                  f"pass it (a step takes {budget.step_s:.1f}s here); --resume continues")
     bar.close()
-    out = Path(args.out or run_dir / "final.safetensors")
-    out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out, dtype=torch.bfloat16 if args.save_dtype == "bfloat16" else None)
     write_card(out.with_suffix(".md"), args, config, model, meta, history, device,
                seconds_before + time.time() - t_start)
@@ -230,6 +271,8 @@ Reproduce: `python -m tinyspec.train {flags}`
 
 def train_medusa(args) -> None:
     device = pick_device(args.device)
+    set_threads(args.threads, device)
+    out = check_output(args.out, args.force)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
@@ -259,7 +302,6 @@ def train_medusa(args) -> None:
                                 args.seed, window=args.window)
     heads.accuracy = distill.head_accuracy(target, heads, heldout, args.prompt_len)
     heads.target_fingerprint = target.fingerprint()
-    out = Path(args.out)
     heads.save(out)
     acc = heads.accuracy
     rows = "\n".join(f"| {i + 1} | {losses[i]:.3f} | {acc[i, 0]:.3f} | {acc[i, :5].sum():.3f} |" for i in range(heads.n_heads))
@@ -293,59 +335,67 @@ Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tinyspec.train", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m tinyspec.train", description=__doc__.split("\n\n")[0],
+                        formatter_class=HelpFormatter, epilog=examples(*[
+                            line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     sub = ap.add_subparsers(dest="what", required=True)
 
-    tok = sub.add_parser("tokenizer", help="learn BPE merges from the stdlib train split")
-    tok.add_argument("--vocab-size", type=int, default=8192, help="tokens including <|endoftext|> (default 8192)")
+    tok = sub.add_parser("tokenizer", help="learn BPE merges from the stdlib train split", formatter_class=HelpFormatter)
+    tok.add_argument("--vocab-size", type=int, default=8192, help="tokens including <|endoftext|>")
     tok.add_argument("--text", action="append", help="extra text file to learn from (repeatable)")
-    tok.add_argument("--out", default=str(WEIGHTS / "tokenizer.tiktoken"), help="ranks file to write")
+    tok.add_argument("--out", default="runs/tokenizer/tokenizer.tiktoken", help="ranks file to write")
+    tok.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
 
-    g = sub.add_parser("gpt", help="train a GPT from a preset", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = sub.add_parser("gpt", help="train a GPT from a preset", formatter_class=HelpFormatter)
     g.add_argument("--preset", choices=sorted(PRESETS), default="small", help="model size (see model.PRESETS)")
     for field in ("n_layer", "n_head", "n_embd", "n_ctx"):
         g.add_argument("--" + field.replace("_", "-"), type=int, dest=field, help=f"override the preset's {field}")
-    g.add_argument("--steps", type=int, default=20000, help="optimizer steps (the cosine schedule spans them)")
-    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--steps", type=int, default=1500, help="optimizer steps (the cosine schedule spans them)")
+    g.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     g.add_argument("--block-size", type=int, default=None, help="training window (default: n_ctx)")
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    g.add_argument("--warmup", type=int, default=200, help="warm-up steps")
-    g.add_argument("--weight-decay", type=float, default=0.1)
-    g.add_argument("--eval-every", type=int, default=500, help="validate and checkpoint every N steps")
-    g.add_argument("--eval-batches", type=int, default=20)
-    g.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
+    g.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate")
+    g.add_argument("--warmup", type=int, default=100, help="warm-up steps")
+    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of matrices and embeddings")
+    g.add_argument("--eval-every", type=int, default=200, help="validate and checkpoint every N steps")
+    g.add_argument("--eval-batches", type=int, default=10, help="validation batches (the same ones every time)")
+    g.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
     g.add_argument("--text", action="append", help="extra training text file (repeatable)")
     g.add_argument("--distill-from", help="train on this teacher model's next-token distributions instead of "
                    "the corpus tokens (a draft distilled from the target)")
     g.add_argument("--data-dir", default="data", help="where token files are cached")
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
-    g.add_argument("--out", help="final weights (default <run-dir>/final.safetensors); a .md model card goes beside")
+    g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
+    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
     g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
-    g.add_argument("--max-minutes", type=float, help="stop (and save) after this long; --resume continues")
+    g.add_argument("--max-minutes", type=float, help="stop (validate, checkpoint, save) within this many minutes "
+                   "of starting; --resume continues")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too (always on for CUDA)")
     g.add_argument("--compile", action="store_true", help="torch.compile the training step")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the data sampler")
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     m.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
     m.add_argument("--heads", type=int, default=4, help="number of heads K")
     m.add_argument("--sequences", type=int, default=2048, help="self-distilled training sequences to generate")
     m.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
     m.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
     m.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
-    m.add_argument("--steps", type=int, default=2000)
-    m.add_argument("--batch-size", type=int, default=16)
-    m.add_argument("--lr", type=float, default=1e-3)
+    m.add_argument("--steps", type=int, default=450, help="optimizer steps")
+    m.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    m.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
-    m.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
+    m.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
     m.add_argument("--text", action="append", help=argparse.SUPPRESS)
     m.add_argument("--data-dir", default="data", help="where token files are cached")
     m.add_argument("--run-dir", default="runs/medusa", help="where self-distilled data is cached")
-    m.add_argument("--out", default=str(WEIGHTS / "medusa.safetensors"), help="the heads; a .md card goes beside")
-    m.add_argument("--device", default="auto")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--out", default="runs/medusa/medusa.safetensors", help="the heads; a .md card goes beside")
+    m.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
+    m.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    m.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler")
     return ap
 
 
