@@ -10,6 +10,11 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+# One thread: these models are small enough that a second thread gains little, and on a busy
+# two-core machine two threads wait for each other (README, "Threads"). The suite's timings in
+# the README are with this setting.
+torch.set_num_threads(1)
+
 from tinyspec.cli import WEIGHTS
 from tinyspec.medusa import MedusaHeads
 from tinyspec.model import GPT, GPTConfig

@@ -62,7 +62,8 @@ def test_shown_command_parses(doc, argv):
         parser.parse_args(args)
 
 
-@pytest.mark.parametrize("doc,argv", [(d, a) for d, a in COMMANDS if quick(a)],
+@pytest.mark.parametrize("doc,argv", [pytest.param(d, a, marks=[pytest.mark.slow] if a[2] == "tinyspec.bench" else [])
+                                      for d, a in COMMANDS if quick(a)],
                          ids=lambda v: " ".join(v[2:])[:60] if isinstance(v, list) else v)
 def test_quick_command_runs(doc, argv, tmp_path, monkeypatch, capsys):
     module, args = parser_and_args(argv)

@@ -136,6 +136,7 @@ def test_chain_rules_reproduce_the_target_two_token_distribution(rule):
     assert stat < critical_value(dof), f"{rule}: chi-square {stat:.1f} with {dof} dof"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, new", [
     ("hits[-1]", "hits[0]"),  # tau from the first success, not the last
     ("S / denominator.clamp(min=1e-30)", "S.clamp(max=1.0)"),  # h_i without its denominator
@@ -150,6 +151,7 @@ def test_planted_bugs_in_block_verification_are_caught(old, new, monkeypatch):
     assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the bug went unnoticed"
 
 
+@pytest.mark.slow
 def test_block_verification_accepts_more_on_the_papers_example():
     """Sun et al. 2025, section 1: two tokens {a, b}, target (1/3, 2/3), draft (2/3, 1/3), blocks
     of 2, no dependence on context. Token by token accepts 2/3 + (2/3)^2 = 10/9 tokens per step
