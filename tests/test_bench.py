@@ -107,3 +107,22 @@ def test_quick_keeps_the_settings_given(files, capsys):
                 "--model", str(files / "target.safetensors")])
     report = json.loads(capsys.readouterr().out)
     assert report["max_new_tokens"] == 5 and report["repeats"] == 1 and len(report["rows"]) == 1
+
+
+@pytest.mark.slow
+def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
+    """What `bench report` writes on a CPU: every part's code path, the keys the README reads."""
+    bench.main(["report", "--out", str(tmp_path / "r"), "--model", str(files / "target.safetensors"),
+                "--draft", str(files / "draft.safetensors"), "--heads", str(files / "heads.safetensors")])
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["quick"] is (not torch.cuda.is_available()) and report["device"]
+    assert "tests" in report and (tmp_path / "r" / "report.md").read_text().startswith("# tinyspec on")
+    if "rows" in report["kernels"]:  # the interpreter is on in the tests (conftest.py)
+        row = report["kernels"]["rows"][0]
+        assert {"L", "T", "triton_us", "sdpa_us", "flex_us", "bandwidth_fraction"} <= set(row)
+    methods = report["methods"]
+    assert {m["method"] for m in methods} == {"ar", "draft:2", "medusa:8"} and {m["path"] for m in methods} >= {"eager"}
+    for m in methods:
+        assert {"temperature", "category", "tau", "tokens_per_s", "speedup", "same_as_ar", "weights_GBps"} <= set(m)
+    assert {h["mode"] for h in report["hf"]} >= {"hf", "hf-assisted"}
+    assert all(h["tokens_per_s"] > 0 for h in report["hf"])

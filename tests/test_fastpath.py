@@ -82,6 +82,7 @@ def test_fixed_forwards_refuse_the_triton_kernel():
         FixedForward(model, KVCache.for_model(model))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 @torch.no_grad()
 def test_recorded_graph_replays_the_eager_step():
@@ -99,3 +100,17 @@ def test_recorded_graph_replays_the_eager_step():
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert graph_cache.length == eager_cache.length == length + len(tree) + 1
         graph_cache.truncate(21), eager_cache.truncate(21)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+@pytest.mark.parametrize("method", ["ar", "medusa"])
+def test_decoding_with_recorded_graphs_writes_the_eager_tokens(method):
+    """float32 on the GPU: a Decoder with cuda_graph against one without, prompt after prompt."""
+    from tinyspec.cli import Decoder
+    model, heads, tree = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda(), TREES["default"]
+    kwargs = dict(heads=heads, tree=tree) if method == "medusa" else {}
+    graph, eager = Decoder(model, method, cuda_graph=True, **kwargs), Decoder(model, method, **kwargs)
+    for prompt in ([5, 9, 2, 33, 7, 1], [4], list(range(20))):
+        tokens = [run(d.steps(prompt, Sampling(0.0), None, 30), 30).token_ids for d in (graph, eager)]
+        assert tokens[0] == tokens[1], f"{method}, prompt of {len(prompt)}"

@@ -241,6 +241,7 @@ def test_interpreter_flag_set_too_late_gives_clear_errors():
 
 # --- on a GPU only -----------------------------------------------------------------------------
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bfloat16 and long prefixes need a GPU")
 @pytest.mark.parametrize("T, L, D, num_splits", [(5, 45, 64, None), (37, 1000, 64, 3), (64, 4096, 64, None),
                                                  (128, 2050, 128, None), (13, 300, 32, 1)])
@@ -249,3 +250,21 @@ def test_on_gpu(T, L, D, num_splits, dtype):
     q, k, v, mask = tree_inputs(1, 4, T, L, D, dtype, seed=T + L)
     out = ta.tree_attention(q, k, v, ta.pack_tree_mask(mask), num_splits=num_splits)
     torch.testing.assert_close(out, ta.tree_attention_reference(q, k, v, mask), **TOL[dtype])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
+    """End to end in float32: Medusa verifying with the Triton kernel against SDPA, on the GPU."""
+    from conftest import random_gpt, random_heads
+    from tinyspec.decoding import run
+    from tinyspec.medusa import medusa
+    from tinyspec.sampling import Sampling
+    from tinyspec.tree import from_accuracies
+
+    model, heads = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda()
+    tree = from_accuracies(torch.tensor([[0.5, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.2, 0.1]]), 12)
+    tokens = lambda: run(medusa(model, heads, [3, 1, 4, 1, 5], Sampling(0.0), None, 64, tree), 40).token_ids
+    reference = tokens()
+    model.set_attention(ta.TreeAttention())
+    assert tokens() == reference

@@ -36,7 +36,7 @@ from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
 from .speculative import expected_speedup
-from .timing import cost_ratio, step_cost
+from .timing import copy_bandwidth, cost_ratio, step_cost, weight_bytes
 from .tree import expected_accepted, from_accuracies
 from .verify import RULES
 
@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
     ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
                     "when transformers is installed)")
+    ap.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
+                    "the draft), hf-static-compiled (static cache, compiled step; for a GPU)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
     return ap
@@ -235,7 +237,37 @@ def main(argv=None) -> None:
     if argv[:1] == ["kernels"]:
         from .kernels.bench import main as kernel_main
         return kernel_main(argv[1:])
+    if argv[:1] == ["report"]:
+        from .report import main as report_main
+        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
+    report = measure(args, argv)
+    if args.plot:
+        try:
+            from .plots import write_plots
+            figures = write_plots(report["rows"], args.plot)
+            print(f"figures: {', '.join(str(f) for f in figures)}", file=sys.stderr)
+        except ImportError:
+            print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
+    if args.save:
+        atomic_write_json(Path(args.save), report)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return
+    print(f"device: {report['device']}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
+          f"{args.repeats} timed pass(es). {LEGEND}")
+    print_table(report["rows"], ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
+                                 "predicted_speedup", "same_as_ar"],
+                ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted", "same"])
+    if report["huggingface"]:
+        print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft; "
+              "same = prompts whose greedy tokens are tinyspec's):")
+        print_table(report["huggingface"], ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup",
+                                            "same_as_tinyspec"], ["method", "T", "category", "tok/s", "tinyspec x", "same"])
+
+
+def measure(args, argv: list[str]) -> dict:
+    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
     for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -246,6 +278,9 @@ def main(argv=None) -> None:
             Sampling(t).check()
     except ValueError as e:
         die(f"--temperatures must be comma-separated temperatures, 0 or >= 0.001: {args.temperatures!r} ({e})")
+    unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
+    if unknown:
+        die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
     if args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
         die("--repeats, --prompts-per-category and --max-new-tokens must be at least 1")
     categories = args.categories.split(",")
@@ -299,52 +334,39 @@ def main(argv=None) -> None:
             for spec in specs:
                 out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "")]))
     bar.close()
-    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out)
-    if args.plot:
-        try:
-            from .plots import write_plots
-            figures = write_plots(out, args.plot)
-            print(f"figures: {', '.join(str(f) for f in figures)}", file=sys.stderr)
-        except ImportError:
-            print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
+    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out,
+                                                           args.hf_modes.split(","))
+    # Each target forward reads every weight once: bytes x forwards / s, the memory traffic a step achieves
+    for row in out:
+        forwards_per_s = row["tokens_per_s"] * row["target_steps"] / row["new_tokens"]
+        row["weights_GBps"] = round(weight_bytes(target) * forwards_per_s / 1e9, 3)
+    if device.type == "cuda":
+        peak = copy_bandwidth(device)
+        for row in out:
+            row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    report = {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
-              "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
-              "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
-              "huggingface": peers}
-    if args.save:
-        atomic_write_json(Path(args.save), report)
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return
-    print(f"device: {device_name}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
-          f"{args.repeats} timed pass(es). {LEGEND}")
-    print_table(out, ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
-                      "predicted_speedup", "same_as_ar"],
-                ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted", "same"])
-    if peers:
-        print("\nHugging Face transformers, same weights (GPT2LMHeadModel.generate; assisted = with the draft; "
-              "same = prompts whose greedy tokens are tinyspec's):")
-        print_table(peers, ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup", "same_as_tinyspec"],
-                    ["method", "T", "category", "tok/s", "tinyspec x", "same"])
+    return {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
+            "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
+            "huggingface": peers}
 
 
-def compare_with_huggingface(runner, prompts, temperatures, repeats, rows) -> list[dict]:
+def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
     """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
     speculative method over assisted generation (same temperature and category)."""
     try:
         import transformers  # noqa: F401
     except ImportError:
         return []
-    from .peer import huggingface_rows
+    from .peer import MODES, huggingface_rows
 
     ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
                               runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
     peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
-                             ours)
-    for peer in peers:
+                             ours, modes or MODES)
+    for peer in (p for p in peers if "error" not in p):
         same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
-        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] == "hf")]
+        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] != "hf-assisted")]
         peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
     return peers
 

@@ -31,43 +31,62 @@ def export(model, directory: str):
 
 
 @torch.no_grad()
-def generate_all(hf, prompts, max_new_tokens: int, temperature: float, seed: int, assistant=None):
-    """(token lists, wall seconds) of one pass of `hf.generate` over the prompts."""
+def generate_all(hf, prompts, max_new_tokens: int, temperature: float, seed: int, **options):
+    """(token lists, wall seconds) of one pass of `hf.generate` over the prompts; `options` go to
+    generate (assistant_model=..., cache_implementation=...)."""
     device = hf.device
     outs, t0 = [], time.perf_counter()
     for i, prompt in enumerate(prompts):
         torch.manual_seed(seed + i)
         x = torch.tensor([prompt], device=device)
         kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
-        y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, assistant_model=assistant,
-                        **kwargs)
+        y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, **kwargs, **options)
         outs.append(y[0, len(prompt):].tolist())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return outs, time.perf_counter() - t0
 
 
+def static_compiled():
+    """generate's options for a static cache with the forward compiled ("reduce-overhead": CUDA
+    graphs), transformers' own fast path (its generate compiles the step when it sees both)."""
+    import transformers
+    return dict(cache_implementation="static",
+                compile_config=transformers.CompileConfig(fullgraph=True, mode="reduce-overhead"))
+
+
+MODES = ("hf", "hf-assisted")  # and "hf-static-compiled" where it is asked for (CUDA: it compiles)
+
+
 def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, max_new: int, seed: int,
-                     greedy_tokens) -> list[dict]:
-    """Rows 'hf' (plain generate) and 'hf-assisted' (with the draft), per temperature and category.
-    greedy_tokens(prompt): tinyspec's greedy output, which HF's must match at temperature 0."""
+                     greedy_tokens, modes=MODES) -> list[dict]:
+    """Rows per mode, temperature and category: 'hf' (plain generate), 'hf-assisted' (with the
+    draft), 'hf-static-compiled'. greedy_tokens(prompt): tinyspec's greedy output, which HF's
+    must match at temperature 0. A mode that fails (e.g. compilation) gives a row with its error."""
     with tempfile.TemporaryDirectory() as tmp:
         hf = export(target, f"{tmp}/target")
-        assistant = export(draft, f"{tmp}/draft") if draft is not None else None
+        assistant = export(draft, f"{tmp}/draft") if draft is not None and "hf-assisted" in modes else None
+        options = {"hf": {}, "hf-assisted": dict(assistant_model=assistant)}
+        if "hf-static-compiled" in modes:
+            options["hf-static-compiled"] = static_compiled()
+        options = {m: o for m, o in options.items() if m in modes and (m != "hf-assisted" or assistant is not None)}
         first = next(iter(prompts.values()))[:1]
-        generate_all(hf, first, max_new, temperatures[0], seed)  # warm-up
-        if assistant is not None:
-            generate_all(hf, first, max_new, temperatures[0], seed, assistant)
-        rows = []
+        rows, broken = [], {}
+        for mode, opts in options.items():  # warm-up (and compilation), once per mode
+            try:
+                generate_all(hf, first, max_new, temperatures[0], seed, **opts)
+            except Exception as e:  # a peer's failure is a finding to report, not a crash of ours
+                broken[mode] = f"{type(e).__name__}: {str(e)[:200]}"
+                rows.append({"method": mode, "error": broken[mode]})
         for temperature in temperatures:
             for category, batch in prompts.items():
                 greedy_ours = [greedy_tokens(p) for p in batch] if temperature == 0 else None
-                for name, helper in (("hf", None), ("hf-assisted", assistant)):
-                    if name == "hf-assisted" and helper is None:
+                for mode, opts in options.items():
+                    if mode in broken:
                         continue
-                    passes = [generate_all(hf, batch, max_new, temperature, seed, helper) for _ in range(repeats)]
+                    passes = [generate_all(hf, batch, max_new, temperature, seed, **opts) for _ in range(repeats)]
                     new_tokens = sum(map(len, passes[0][0]))
-                    row = {"method": name, "temperature": temperature, "category": category,
+                    row = {"method": mode, "temperature": temperature, "category": category,
                            "tokens_per_s": round(statistics.median(new_tokens / s for _, s in passes), 2)}
                     if greedy_ours is not None:
                         row["same_as_tinyspec"] = sum(a == b for a, b in zip(passes[0][0], greedy_ours))
