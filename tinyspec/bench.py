@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, die, load_eagle, load_encoding, load_heads,
+                  load_model, pick_device, pick_dtype)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -43,20 +44,20 @@ CATEGORIES = ("code", "docs", "structured")
 
 
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES' -> (name, parameter)."""
+    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES' or 'eagle:NODES' -> (name, parameter)."""
     name, _, param = spec.partition(":")
     ok = (name == "ar" and not param) or (name == "draft" and (param == "auto" or param.isdigit())) \
-        or (name == "medusa" and param.isdigit())
+        or (name in ("medusa", "eagle") and param.isdigit())
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES or eagle:NODES")
     return name, param
 
 
 class Runner:
     """Holds the models and runs one method over a list of prompts."""
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False):
-        self.target, self.draft, self.heads, self.device = target, draft, heads, device
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None):
+        self.target, self.draft, self.heads, self.device, self.eagle = target, draft, heads, device, eagle
         self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
         self.c = cost_ratio(target, draft) if draft is not None else None
@@ -77,6 +78,9 @@ class Runner:
             elif name == "draft":
                 self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if param == "auto" else int(param),
                                               cost=self.c)
+            elif name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
+                self.decoders[spec] = Decoder(self.target, "eagle", heads=self.eagle,
+                                              eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, int(param)))
             else:
                 self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(param)),
                                               cuda_graph=self.cuda_graph)
@@ -146,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--methods", default="ar,draft:2,draft:4,draft:6,medusa:16",
-                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES (ar is always run: speedups are against it)")
+                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES (ar is always run: speedups "
+                    "are against it)")
     ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures (0 = greedy)")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
     ap.add_argument("--prompts-per-category", type=int, default=8)
@@ -158,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=str(DEFAULT_MODEL))
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT))
     ap.add_argument("--heads", default=str(DEFAULT_HEADS))
+    ap.add_argument("--eagle", default=str(DEFAULT_EAGLE), help="the EAGLE head, for eagle:NODES")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
@@ -212,7 +218,8 @@ def main(argv=None) -> None:
                 f"does not fit the model's context of {target.config.n_ctx}: lower --max-new-tokens")
     draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
     heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
-    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph)
+    eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle)
     for name, param in specs:
         if name == "medusa":
             runner.step_costs[int(param)] = medusa_step_cost(target, heads, runner.tree(int(param)), args.cuda_graph)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .decoding import autoregressive
+from .eagle import EagleHead, eagle
 from .fastpath import fixed_forward
 from .kvcache import KVCache
 from .medusa import MedusaHeads, medusa
@@ -27,6 +28,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 DEFAULT_MODEL = WEIGHTS / "target.safetensors"
 DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
 DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
+DEFAULT_EAGLE = WEIGHTS / "eagle.safetensors"
 DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
 
 
@@ -42,6 +44,8 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         die(f"{message} (see {self.prog} --help)")
 
+
+EAGLE_TOPK, EAGLE_DEPTH = 4, 6  # EAGLE-2's dynamic tree: children per expanded node, and depth (measured: walkthrough)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_HELP = ("auto: bfloat16 on cuda, float32 on cpu. Greedy speculative output equals plain decoding's token "
@@ -109,6 +113,20 @@ def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
     return heads
 
 
+def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
+    """An EAGLE draft head, refused unless it was trained for `target`."""
+    if not Path(path).is_file():
+        die(f"EAGLE head {path} not found: pass --eagle PATH, or train one (python -m tinyspec.train eagle)")
+    try:
+        head = EagleHead.load(path, device, dtype)
+    except ValueError as e:
+        die(str(e))
+    if head.target_fingerprint and head.target_fingerprint != target.fingerprint():
+        die(f"the EAGLE head in {path} was trained for a different target model: train one for this one "
+            "(python -m tinyspec.train eagle --target ...)")
+    return head
+
+
 # ---- the decoding method, ready for prompt after prompt -------------------------------------
 
 class Decoder:
@@ -116,23 +134,28 @@ class Decoder:
     prompt. The caches (and, with cuda_graph, the recorded forwards) are made once, here, and
     every prompt reuses them: recording a CUDA graph costs several forwards.
 
-    method: "ar", "draft" (with `draft` and `k`, an int or "auto") or "medusa" (with `heads` and
-    `tree`). rule: the acceptance rule's name (verify.RULES); default greedy at temperature 0,
-    else lossless. cost: the draft's cost ratio c, for k = "auto"."""
+    method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
+    `tree`) or "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
+    dynamic tree of `eagle_tree` = (top-k, depth, nodes)). rule: the acceptance rule's name
+    (verify.RULES); default greedy at temperature 0, else lossless. cost: the draft's cost ratio
+    c, for k = "auto"."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
-                 heads: MedusaHeads | None = None, tree=None, rule: str | None = None, cuda_graph: bool = False,
-                 cost: float | None = None, k_max: int = 8):
+                 heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
+                 cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
+                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16)):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
-        self.heads, self.tree, self.rule, self.cost = heads, tree, rule, cost
+        self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
         self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
         self.cache = KVCache.for_model(target, target.config.n_ctx)
         self.forward = None
         if cuda_graph:  # recorded now, while the cache is empty (fastpath.py)
-            if method == "draft":
-                raise ValueError("CUDA graphs are for plain decoding and tree verification, not the draft loop")
+            if method in ("draft", "eagle"):
+                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification, not a draft loop")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
+        if method == "eagle":  # the head's cache also holds the nodes one step expands (at most the tree's size)
+            self.draft_cache = heads.new_cache(self.n_ctx + (len(tree) if tree is not None else eagle_tree[2]))
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
@@ -141,6 +164,11 @@ class Decoder:
             max_len = min(self.n_ctx, limit + len(self.tree) + 1)
             return medusa(self.target, self.heads, prompt, sampling, generator, max_len, self.tree, rule,
                           self.cache, self.forward)
+        if self.method == "eagle":
+            nodes = len(self.tree) if self.tree is not None else self.eagle_tree[2]
+            k, depth, _ = self.eagle_tree
+            return eagle(self.target, self.heads, prompt, sampling, generator, min(self.n_ctx, limit + nodes + 1), rule,
+                         k, depth, nodes, self.tree, self.cache, self.draft_cache)
         if self.method == "draft":
             k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
             lookahead = self.k_max if self.k == "auto" else self.k
@@ -156,7 +184,7 @@ def check_rule(method: str, rule: str | None) -> str | None:
     if rule is None:
         return None
     if method == "ar":
-        return "--accept applies to --method draft or medusa"
-    if method == "medusa" and rule in CHAIN_ONLY:
-        return f"--accept {rule} verifies a chain (--method draft), not Medusa's tree"
+        return "--accept applies to --method draft, medusa or eagle"
+    if method in ("medusa", "eagle") and rule in CHAIN_ONLY:
+        return f"--accept {rule} verifies a chain (--method draft), not a tree"
     return None

@@ -3,10 +3,11 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --max-new-tokens 64
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --k 4 --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
     python -m tinyspec.generate --prompt-file prompts.jsonl --json --temperature 0
 
-The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model) and
-`medusa.py` (Medusa trees), with the acceptance rules in `verify.py`; this file reads prompts and
+The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model),
+`medusa.py` (Medusa trees) and `eagle.py` (EAGLE), with the acceptance rules in `verify.py`; this file reads prompts and
 flags, loads the models (`cli.py`), and streams text or prints JSON.
 """
 
@@ -21,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, check_rule, die, load_eagle, load_encoding,
+                  load_heads, load_model, pick_device, pick_dtype)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -86,17 +88,23 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the text to continue")
     src.add_argument("--prompt-file", help="JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--method", choices=["ar", "draft", "medusa"], default="ar",
+    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
-                    "medusa: Medusa heads propose a tree, verified in one target pass")
+                    "medusa: Medusa heads propose a tree, verified in one target pass; eagle: an EAGLE head drafts "
+                    "the target's features and grows a tree (EAGLE-2), verified in one target pass")
     ap.add_argument("--k", default="4", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the "
                     "running acceptance rate and the measured draft/target cost")
     ap.add_argument("--k-max", type=int, default=8, help="draft with --k auto: the largest k to try")
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights")
     ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="medusa: the heads' weights")
     ap.add_argument("--tree", default="default", help="medusa: 'default' (built from the heads' measured accuracies) "
-                    "or a JSON file {\"choices\": [[0], [1], [0, 0], ...]}")
-    ap.add_argument("--tree-nodes", type=int, default=16, help="medusa: nodes in the default tree")
+                    "or a JSON file {\"choices\": [[0], [1], [0, 0], ...]}; eagle: 'default' (EAGLE-2's dynamic "
+                    "tree) or such a file (a static tree)")
+    ap.add_argument("--tree-nodes", type=int, default=16, help="medusa, eagle: nodes in the default tree")
+    ap.add_argument("--eagle", default=str(DEFAULT_EAGLE), help="eagle: the draft head's weights")
+    ap.add_argument("--eagle-topk", type=int, default=EAGLE_TOPK, help="eagle: children per expanded node, and "
+                    "nodes expanded per depth, of the dynamic tree")
+    ap.add_argument("--eagle-depth", type=int, default=EAGLE_DEPTH, help="eagle: depth of the dynamic tree")
     ap.add_argument("--accept", choices=list(RULES), default=None,
                     help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
@@ -144,6 +152,26 @@ def load_heads_and_tree(args, model: GPT, device, dtype) -> tuple[MedusaHeads, o
     return heads, tree
 
 
+def load_eagle_and_tree(args, model: GPT, device, dtype):
+    """The EAGLE head (checked against the target) and its static tree, or None for EAGLE-2's."""
+    head = load_eagle(args.eagle, model, device, dtype)
+    for name, low, high in (("tree_nodes", 1, 127), ("eagle_topk", 1, 16), ("eagle_depth", 1, 16)):
+        if not low <= getattr(args, name) <= high:
+            die(f"--{name.replace('_', '-')} must be in {low}..{high}, got {getattr(args, name)}")
+    tree = None
+    if args.tree != "default":
+        try:
+            tree = load_tree(args.tree)
+        except ValueError as e:
+            die(str(e))
+    nodes = len(tree) if tree is not None else args.tree_nodes
+    if args.attn == "triton" and nodes + 1 > 128:
+        die(f"--attn triton verifies at most 128 tokens (the root and 127 nodes); the tree has {nodes} nodes")
+    if nodes + 2 >= model.config.n_ctx:
+        die(f"a tree of {nodes} nodes does not fit the model's context of {model.config.n_ctx}: use a smaller tree")
+    return head, tree
+
+
 def parse_k(args) -> int | None:
     """--k as an int in 1..16, or None for 'auto'."""
     if args.k == "auto":
@@ -183,7 +211,7 @@ def main(argv=None) -> None:
     k = parse_k(args) if args.method == "draft" else None
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method == "draft" or args.attn == "triton"):
+    if args.cuda_graph and (device.type != "cuda" or args.method in ("draft", "eagle") or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
     problem = check_rule(args.method, args.accept)
     if problem:
@@ -208,6 +236,8 @@ def main(argv=None) -> None:
                 f"({model.config.vocab_size}): a draft must share the target's tokenizer")
     if args.method == "medusa":
         heads, tree = load_heads_and_tree(args, model, device, dtype)
+    if args.method == "eagle":
+        heads, tree = load_eagle_and_tree(args, model, device, dtype)
     prompts = read_prompts(args)
     n_ctx = model.config.n_ctx if draft is None else min(model.config.n_ctx, draft.config.n_ctx)
     encoded = [enc.encode_ordinary(p) for p in prompts]
@@ -218,7 +248,8 @@ def main(argv=None) -> None:
             die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
     c = cost_ratio(model, draft) if draft is not None and k is None else None
     decoder = Decoder(model, args.method, draft, "auto" if k is None else k, heads, tree, args.accept,
-                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max)
+                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max,
+                      eagle_tree=(args.eagle_topk, args.eagle_depth, args.tree_nodes))
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):
         generator = torch.Generator(device=device).manual_seed(args.seed)
