@@ -231,6 +231,10 @@ def test_greedy_eagle_equals_plain_decoding_on_random_models():
             plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 60)
             res = run(eagle(target, head, prompt, Sampling(0.0), None, 96, **setting), 60)
             assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason, f"seed {seed}, {setting}"
+    prompt = [rng.randrange(64) for _ in range(70)]  # to the end of the context, with a tree wider than its budget
+    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 60)
+    res = run(eagle(target, head, prompt, Sampling(0.0), None, 96, k=6, depth=6, nodes=8), 60)
+    assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
 def test_trained_head_makes_eagle_take_fewer_target_passes(counting_gpt, trained_head):
@@ -352,7 +356,7 @@ def test_buggy_variants_are_rejected(tiny_vocab, bug):
     else:
         counts = three_token_counts(target, head, "lossless", 2000,
                                     ("fill_static_tree", top_k_judged_as_samples(eagle_module.fill_static_tree)),
-                                    tree=STATIC)
+                                    **STATIC)
     stat, dof = chi_square(counts, exact)
     assert stat > 3 * critical_value(dof), f"{bug}: chi-square {stat:.1f} with {dof} dof looked exact"
 

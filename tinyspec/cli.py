@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .decoding import autoregressive
-from .eagle import EagleHead, eagle
+from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
 from .kvcache import KVCache
 from .medusa import MedusaHeads, medusa
@@ -44,8 +44,6 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         die(f"{message} (see {self.prog} --help)")
 
-
-EAGLE_TOPK, EAGLE_DEPTH = 4, 6  # EAGLE-2's dynamic tree: children per expanded node, and depth (measured: walkthrough)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_HELP = ("auto: bfloat16 on cuda, float32 on cpu. Greedy speculative output equals plain decoding's token "
@@ -99,32 +97,29 @@ def load_encoding(path: str | Path):
         die(f"cannot load the tokenizer: {e}")
 
 
-def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
-    """Medusa heads, refused unless they were trained for `target`."""
+def load_trained_for(cls, path: str | Path, target: GPT, device, dtype, what: str, flag: str, command: str):
+    """`cls.load(path)` (Medusa heads, an EAGLE head), refused unless it was trained for `target`."""
+    many = what.endswith("s")
     if not Path(path).is_file():
-        die(f"Medusa heads {path} not found: pass --heads PATH, or train them (python -m tinyspec.train medusa)")
+        die(f"{what} {path} not found: pass {flag} PATH, or train {'them' if many else 'one'} "
+            f"(python -m tinyspec.train {command})")
     try:
-        heads = MedusaHeads.load(path, device, dtype)
+        loaded = cls.load(path, device, dtype)
     except ValueError as e:
         die(str(e))
-    if heads.target_fingerprint and heads.target_fingerprint != target.fingerprint():
-        die(f"the heads in {path} were trained for a different target model: train heads for this one "
-            "(python -m tinyspec.train medusa --target ...)")
-    return heads
+    if loaded.target_fingerprint and loaded.target_fingerprint != target.fingerprint():
+        noun = "heads" if what == "Medusa heads" else what
+        die(f"the {noun} in {path} {'were' if many else 'was'} trained for a different target model: train "
+            f"{'heads' if many else 'one'} for this one (python -m tinyspec.train {command} --target ...)")
+    return loaded
+
+
+def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
+    return load_trained_for(MedusaHeads, path, target, device, dtype, "Medusa heads", "--heads", "medusa")
 
 
 def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
-    """An EAGLE draft head, refused unless it was trained for `target`."""
-    if not Path(path).is_file():
-        die(f"EAGLE head {path} not found: pass --eagle PATH, or train one (python -m tinyspec.train eagle)")
-    try:
-        head = EagleHead.load(path, device, dtype)
-    except ValueError as e:
-        die(str(e))
-    if head.target_fingerprint and head.target_fingerprint != target.fingerprint():
-        die(f"the EAGLE head in {path} was trained for a different target model: train one for this one "
-            "(python -m tinyspec.train eagle --target ...)")
-    return head
+    return load_trained_for(EagleHead, path, target, device, dtype, "EAGLE head", "--eagle", "eagle")
 
 
 # ---- the decoding method, ready for prompt after prompt -------------------------------------
@@ -154,8 +149,8 @@ class Decoder:
                 raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification, not a draft loop")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
-        if method == "eagle":  # the head's cache also holds the nodes one step expands (at most the tree's size)
-            self.draft_cache = heads.new_cache(self.n_ctx + (len(tree) if tree is not None else eagle_tree[2]))
+        if method == "eagle":  # the head's cache also holds the nodes one step expands
+            self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs

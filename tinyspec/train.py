@@ -35,7 +35,7 @@ from .cli import WEIGHTS, ArgumentParser, die, pick_device
 from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from .model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
-from .eagle import EagleHead, eagle
+from .eagle import DEFAULT_DEPTH, DEFAULT_TOPK, EagleHead, eagle
 from .medusa import MedusaHeads
 from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
 from .tree import expected_accepted, from_accuracies
@@ -249,12 +249,17 @@ def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, 
     return seqs
 
 
-def train_medusa(args) -> None:
+def frozen_target(args):
+    """(device, tokenizer, the target in float32) for training something on the target's own text."""
     device = pick_device(args.device)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
-    target = GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
+    return device, enc, GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
+
+
+def train_medusa(args) -> None:
+    device, enc, target = frozen_target(args)
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     train_seqs = distilled(target, enc, args, [run_dir], "train", args.sequences, [0.0, 1.0])  # greedy and sampled
@@ -300,11 +305,7 @@ Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
 # ---- EAGLE head -----------------------------------------------------------------------------
 
 def train_eagle(args) -> None:
-    device = pick_device(args.device)
-    enc = load_tokenizer(args.tokenizer)
-    if not Path(args.target).is_file():
-        die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
-    target = GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
+    device, enc, target = frozen_target(args)
     run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.resume and latest_checkpoint(ckpt_dir) is None:
@@ -374,7 +375,7 @@ accepted that far (their product):
 | chain accepted | {' | '.join(f'{c:.3f}' for c in chain[1:])} |
 
 Greedy decoding of the held-out prompts (first {args.prompt_len} tokens of each, 64 new tokens, the default
-tree: --tree-nodes 16): tau = {tau:.2f} tokens per target forward (bonus token included).
+tree: --tree-nodes 16, --eagle-topk {DEFAULT_TOPK}, --eagle-depth {DEFAULT_DEPTH}): tau = {tau:.2f} tokens per target forward (bonus token included).
 
 Reproduce: `python -m tinyspec.train {' '.join(a for a in sys.argv[1:] if a != '--resume')}`
 """)
@@ -431,48 +432,43 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    m.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
+    add_self_distill_args(m, sequences=2048, run_dir="runs/medusa")
     m.add_argument("--heads", type=int, default=4, help="number of heads K")
-    m.add_argument("--sequences", type=int, default=2048, help="self-distilled training sequences to generate")
-    m.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
-    m.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
-    m.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
     m.add_argument("--steps", type=int, default=2000)
     m.add_argument("--batch-size", type=int, default=16)
     m.add_argument("--lr", type=float, default=1e-3)
     m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
-    m.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
-    m.add_argument("--text", action="append", help=argparse.SUPPRESS)
-    m.add_argument("--data-dir", default="data", help="where token files are cached")
-    m.add_argument("--run-dir", default="runs/medusa", help="where self-distilled data is cached")
     m.add_argument("--out", default=str(WEIGHTS / "medusa.safetensors"), help="the heads; a .md card goes beside")
-    m.add_argument("--device", default="auto")
-    m.add_argument("--seed", type=int, default=0)
     e = sub.add_parser("eagle", help="train an EAGLE draft head on a frozen target (self-distilled data)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    e.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
-    e.add_argument("--sequences", type=int, default=1024, help="self-distilled training sequences to generate")
-    e.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
-    e.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
-    e.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
-    e.add_argument("--steps", type=int, default=600)
+    add_self_distill_args(e, sequences=1024, run_dir="runs/eagle")
+    e.add_argument("--steps", type=int, default=800)
     e.add_argument("--batch-size", type=int, default=8)
-    e.add_argument("--lr", type=float, default=1e-3)
+    e.add_argument("--lr", type=float, default=2e-3)
     e.add_argument("--noise", type=float, default=0.1, help="uniform noise on the input features, U(-x, x)")
     e.add_argument("--ce-weight", type=float, default=0.1, help="w in SmoothL1 + w * cross-entropy")
     e.add_argument("--checkpoint-every", type=int, default=100, help="save a checkpoint (for --resume) every N steps")
     e.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir/checkpoints")
     e.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    e.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
-    e.add_argument("--text", action="append", help=argparse.SUPPRESS)
-    e.add_argument("--data-dir", default="data", help="where token files are cached")
-    e.add_argument("--run-dir", default="runs/eagle", help="self-distilled data and checkpoints")
     e.add_argument("--medusa-run-dir", default="runs/medusa", help="reuse self-distilled data cached here")
     e.add_argument("--out", default="runs/eagle/eagle.safetensors", help="the head; a .md card goes beside "
                    "(copy both to weights/ to ship them)")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--seed", type=int, default=0)
     return ap
+
+
+def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
+    """The flags of a head trained on the frozen target's own text (medusa, eagle)."""
+    p.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
+    p.add_argument("--sequences", type=int, default=sequences, help="self-distilled training sequences to generate")
+    p.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
+    p.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
+    p.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
+    p.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"))
+    p.add_argument("--text", action="append", help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", default="data", help="where token files are cached")
+    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def main(argv=None) -> None:
