@@ -402,3 +402,26 @@ def test_bench_names_eagle_rows():
     assert bench.parse_method("eagle:32") == ("eagle", "32")
     with pytest.raises(SystemExit):
         bench.parse_method("eagle:x")
+
+
+@pytest.mark.slow
+def test_train_eagle_command_writes_head_card_and_resumes(tmp_path):
+    from tinyspec import train
+    target = tmp_path / "target.safetensors"
+    random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
+    argv = ["eagle", "--target", str(target), "--sequences", "32", "--prompt-len", "8", "--gen-len", "24",
+            "--gen-batch", "16", "--steps", "6", "--batch-size", "4", "--checkpoint-every", "3",
+            "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+            "--medusa-run-dir", str(tmp_path / "none"), "--out", str(tmp_path / "e.safetensors")]
+    train.main(argv)
+    head = EagleHead.load(tmp_path / "e.safetensors")
+    assert head.target_fingerprint == random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).fingerprint()
+    assert len(head.accuracy) == 5
+    card = (tmp_path / "e.md").read_text()
+    assert "top-1 accuracy" in card and "tau =" in card and "| 6 |" in card
+    train.main(argv + ["--resume"])  # the last checkpoint is the end: nothing left to train, same head
+    for a, b in zip(head.state_dict().values(), EagleHead.load(tmp_path / "e.safetensors").state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv[:-8] + ["--run-dir", str(tmp_path / "empty"), "--resume"])
+    assert e.value.code == 2

@@ -55,7 +55,7 @@ from .verify import RULES, SAMPLED
 # EAGLE-2's dynamic tree by default: 2 children per expanded node and 2 nodes expanded per depth,
 # 6 deep (16 nodes: --tree-nodes). Measured on held-out code with the shipped head: tau 5.19 at
 # (2, 6), 4.92 at (4, 6), 5.65 at (2, 8), while a depth with 4 expanded nodes costs twice what one
-# with 2 does (walkthrough, EAGLE chapter): on a CPU the narrow, deep tree is the fastest.
+# with 2 does (walkthrough, EAGLE chapter): on a CPU the narrow tree is the faster.
 DEFAULT_TOPK, DEFAULT_DEPTH = 2, 6
 
 
