@@ -16,7 +16,6 @@ from tinyspec.eagle import EagleHead, eagle, grow_sampled_tree, grow_tree
 from tinyspec.kvcache import KVCache
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree, from_choices, save_tree
-from tinyspec.verify import RULES
 
 from conftest import CountingCorpus, counting_sequences, random_gpt
 from test_speculative import chi_square, critical_value
