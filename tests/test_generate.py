@@ -136,7 +136,7 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
     (["--temperature", "inf"], "temperature"),
     (["--temperature", "1e-39"], "temperature"),
     (["--k", "3"], "--k applies to --method draft"),
-    (["--tree-nodes", "8"], "--tree-nodes applies to --method medusa"),
+    (["--tree-nodes", "8"], "--tree-nodes applies to --method medusa or eagle"),
     (["--accept", "block"], "plain decoding"),
     (["--method", "medusa", "--accept", "block"], "verifies a chain"),
     (["--method", "draft", "--k", "0"], "--k"),

@@ -29,9 +29,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, HelpFormatter, check_k, check_rule, check_tokenizer, check_tree_nodes, die, examples,
-                  load_encoding, load_heads, load_model, pick_device, pick_dtype, set_threads, use_attention)
+from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_k, check_rule, check_tokenizer,
+                  check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model, pick_device,
+                  pick_dtype, set_threads, use_attention)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -45,14 +46,14 @@ CATEGORIES = ("code", "docs", "structured")
 
 
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES', each optionally with '@RULE' (an
+    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES' or 'eagle:NODES', each optionally with '@RULE' (an
     acceptance rule of verify.py, e.g. draft:4@block, medusa:16@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
     size, _, rule = param.partition("@")
     ok = (name == "ar" and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
-        or (name == "medusa" and size.isdigit())
+        or (name in ("medusa", "eagle") and size.isdigit())
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES (optionally @RULE)")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES or eagle:NODES (optionally @RULE)")
     problem = check_rule(name, rule) if rule else None
     if rule and rule not in RULES:
         problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
@@ -64,8 +65,8 @@ def parse_method(spec: str) -> tuple[str, str]:
 class Runner:
     """Holds the models and runs one method over a list of prompts."""
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False):
-        self.target, self.draft, self.heads, self.device = target, draft, heads, device
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None):
+        self.target, self.draft, self.heads, self.device, self.eagle = target, draft, heads, device, eagle
         self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
         self.c = cost_ratio(target, draft) if draft is not None else None
@@ -88,6 +89,9 @@ class Runner:
             elif name == "draft":
                 self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if size == "auto" else int(size),
                                               rule=rule, cost=self.c)
+            elif name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
+                self.decoders[spec] = Decoder(self.target, "eagle", heads=self.eagle, rule=rule,
+                                              eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, int(size)))
             else:
                 self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
                                               rule=rule, cuda_graph=self.cuda_graph)
@@ -163,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]) + "\n\n"
                         "`python -m tinyspec.bench kernels --help` describes the kernel benchmark.")
-    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, each optionally @RULE to "
+    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, each optionally @RULE to "
                     "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
                     f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
     ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
@@ -179,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights (for draft:K rows)")
     ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="Medusa heads (for medusa:NODES rows)")
+    ap.add_argument("--eagle", default=str(DEFAULT_EAGLE), help="the EAGLE head (for eagle:NODES rows)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
@@ -227,7 +232,7 @@ def check_specs(specs, n_ctx: int) -> None:
     for name, param in specs:
         size = param.partition("@")[0]
         problem = (check_k(size if size == "auto" else int(size)) if name == "draft" else
-                   check_tree_nodes(int(size), n_ctx) if name == "medusa" else None)
+                   check_tree_nodes(int(size), n_ctx) if name in ("medusa", "eagle") else None)
         if problem:
             die(f"--methods {name}:{param}: {problem}")
 
@@ -315,7 +320,8 @@ def measure(args, argv: list[str]) -> dict:
     heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
     if heads is not None and heads.accuracy is None:
         die(f"{args.heads} records no head accuracies, which the benchmark's trees are built from")
-    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph)
+    eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle)
     for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
         runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
 

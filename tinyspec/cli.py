@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .decoding import autoregressive
+from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
 from .kvcache import KVCache
 from .medusa import MedusaHeads, medusa
@@ -28,6 +29,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 DEFAULT_MODEL = WEIGHTS / "target.safetensors"
 DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
 DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
+DEFAULT_EAGLE = WEIGHTS / "eagle.safetensors"
 DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
 
 
@@ -189,18 +191,29 @@ def use_attention(model: GPT, name: str, device: torch.device) -> None:
     model.set_attention(TreeAttention())
 
 
-def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
-    """Medusa heads, refused unless they were trained for `target`."""
+def load_trained_for(cls, path: str | Path, target: GPT, device, dtype, what: str, flag: str, command: str):
+    """`cls.load(path)` (Medusa heads, an EAGLE head), refused unless it was trained for `target`."""
+    many = what.endswith("s")
     if not Path(path).is_file():
-        die(f"Medusa heads {path} not found: pass --heads PATH, or train them (python -m tinyspec.train medusa)")
+        die(f"{what} {path} not found: pass {flag} PATH, or train {'them' if many else 'one'} "
+            f"(python -m tinyspec.train {command})")
     try:
-        heads = MedusaHeads.load(path, device, dtype)
+        loaded = cls.load(path, device, dtype)
     except ValueError as e:
         die(str(e))
-    if heads.target_fingerprint and heads.target_fingerprint != target.fingerprint():
-        die(f"the heads in {path} were trained for a different target model: train heads for this one "
-            "(python -m tinyspec.train medusa --target ...)")
-    return heads
+    if loaded.target_fingerprint and loaded.target_fingerprint != target.fingerprint():
+        noun = "heads" if what == "Medusa heads" else what
+        die(f"the {noun} in {path} {'were' if many else 'was'} trained for a different target model: train "
+            f"{'heads' if many else 'one'} for this one (python -m tinyspec.train {command} --target ...)")
+    return loaded
+
+
+def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
+    return load_trained_for(MedusaHeads, path, target, device, dtype, "Medusa heads", "--heads", "medusa")
+
+
+def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
+    return load_trained_for(EagleHead, path, target, device, dtype, "EAGLE head", "--eagle", "eagle")
 
 
 # ---- the decoding method, ready for prompt after prompt -------------------------------------
@@ -210,23 +223,28 @@ class Decoder:
     prompt. The caches (and, with cuda_graph, the recorded forwards) are made once, here, and
     every prompt reuses them: recording a CUDA graph costs several forwards.
 
-    method: "ar", "draft" (with `draft` and `k`, an int or "auto") or "medusa" (with `heads` and
-    `tree`). rule: the acceptance rule's name (verify.RULES); default greedy at temperature 0,
-    else lossless. cost: the draft's cost ratio c, for k = "auto"."""
+    method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
+    `tree`) or "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
+    dynamic tree of `eagle_tree` = (top-k, depth, nodes)). rule: the acceptance rule's name
+    (verify.RULES); default greedy at temperature 0, else lossless. cost: the draft's cost ratio
+    c, for k = "auto"."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
-                 heads: MedusaHeads | None = None, tree=None, rule: str | None = None, cuda_graph: bool = False,
-                 cost: float | None = None, k_max: int = 8):
+                 heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
+                 cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
+                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16)):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
-        self.heads, self.tree, self.rule, self.cost = heads, tree, rule, cost
+        self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
         self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
         self.cache = KVCache.for_model(target, target.config.n_ctx)
         self.forward = None
         if cuda_graph:  # recorded now, while the cache is empty (fastpath.py)
-            if method == "draft":
-                raise ValueError("CUDA graphs are for plain decoding and tree verification, not the draft loop")
+            if method in ("draft", "eagle"):
+                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification, not a draft loop")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
+        if method == "eagle":  # the head's cache also holds the nodes one step expands
+            self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
@@ -235,6 +253,11 @@ class Decoder:
             max_len = min(self.n_ctx, limit + len(self.tree) + 1)
             return medusa(self.target, self.heads, prompt, sampling, generator, max_len, self.tree, rule,
                           self.cache, self.forward)
+        if self.method == "eagle":
+            nodes = len(self.tree) if self.tree is not None else self.eagle_tree[2]
+            k, depth, _ = self.eagle_tree
+            return eagle(self.target, self.heads, prompt, sampling, generator, min(self.n_ctx, limit + nodes + 1), rule,
+                         k, depth, nodes, self.tree, self.cache, self.draft_cache)
         if self.method == "draft":
             k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
             lookahead = self.k_max if self.k == "auto" else self.k
@@ -250,7 +273,7 @@ def check_rule(method: str, rule: str | None) -> str | None:
     if rule is None:
         return None
     if method == "ar":
-        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft or medusa"
-    if method == "medusa" and rule in CHAIN_ONLY:
-        return f"the {rule} rule verifies a chain (the draft method), not Medusa's tree"
+        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa or eagle"
+    if method in ("medusa", "eagle") and rule in CHAIN_ONLY:
+        return f"the {rule} rule verifies a chain (the draft method), not a tree"
     return None

@@ -4,10 +4,11 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --k 4 --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
     python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
     python -m tinyspec.generate --prompt-file prompts.jsonl --json
 
-The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model) and
-`medusa.py` (Medusa trees), with the acceptance rules in `verify.py`; this file reads prompts and
+The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model),
+`medusa.py` (Medusa trees) and `eagle.py` (EAGLE), with the acceptance rules in `verify.py`; this file reads prompts and
 flags, loads the models (`cli.py`), and streams text or prints JSON.
 """
 
@@ -21,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, HelpFormatter, check_k, check_prompts, check_rule, check_tokenizer, check_tree_nodes, die,
-                  examples, load_encoding, load_heads, load_model, pick_device, pick_dtype, set_threads, use_attention,
-                  use_colour)
+from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_k, check_prompts, check_rule,
+                  check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
+                  pick_device, pick_dtype, set_threads, use_attention, use_colour)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -89,7 +90,10 @@ class Printer:
         self.stream.flush()  # before the summary goes to stderr
 
 
-METHOD_FLAGS = {"draft": ("k", "k_max", "draft"), "medusa": ("heads", "tree", "tree_nodes")}  # flags only they read
+# flags only some methods read
+METHOD_FLAGS = {"k": ("draft",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa",),
+                "tree": ("medusa", "eagle"), "tree_nodes": ("medusa", "eagle"), "eagle": ("eagle",),
+                "eagle_topk": ("eagle",), "eagle_depth": ("eagle",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,17 +105,23 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="UTF-8 file: JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
                     "<|endoftext|>, or when the context window is full)")
-    ap.add_argument("--method", choices=["ar", "draft", "medusa"], default="ar",
+    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
-                    "medusa: Medusa heads propose a tree, verified in one target pass")
+                    "medusa: Medusa heads propose a tree, verified in one target pass; eagle: an EAGLE head drafts "
+                    "the target's features and grows a tree (EAGLE-2), verified in one target pass")
     ap.add_argument("--k", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the running "
                     "acceptance rate and the measured draft/target cost (default: 4)")
     ap.add_argument("--k-max", type=int, help="draft with --k auto: the largest k to try (default: 8)")
     ap.add_argument("--draft", help=f"draft: the draft model's weights (default: {DEFAULT_DRAFT.name} in weights/)")
     ap.add_argument("--heads", help=f"medusa: the heads' weights (default: {DEFAULT_HEADS.name} in weights/)")
     ap.add_argument("--tree", help="medusa: 'default' (built from the heads' measured accuracies) or a JSON file "
-                    "{\"choices\": [[0], [1], [0, 0], ...]} (default: default)")
-    ap.add_argument("--tree-nodes", type=int, help="medusa: nodes in the default tree (default: 16)")
+                    "{\"choices\": [[0], [1], [0, 0], ...]}; eagle: 'default' (EAGLE-2's dynamic tree) or such a "
+                    "file (a static tree) (default: default)")
+    ap.add_argument("--tree-nodes", type=int, help="medusa, eagle: nodes in the default tree (default: 16)")
+    ap.add_argument("--eagle", help=f"eagle: the draft head's weights (default: {DEFAULT_EAGLE.name} in weights/)")
+    ap.add_argument("--eagle-topk", type=int, help="eagle: children per expanded node, and nodes expanded per "
+                    f"depth, of the dynamic tree (default: {EAGLE_TOPK})")
+    ap.add_argument("--eagle-depth", type=int, help=f"eagle: depth of the dynamic tree (default: {EAGLE_DEPTH})")
     ap.add_argument("--accept", choices=list(RULES), default=None,
                     help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
@@ -143,10 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_method_flags(args) -> None:
     """A flag the chosen method does not read is a mistake worth saying, not ignoring."""
-    for method, flags in METHOD_FLAGS.items():
-        for flag in flags:
-            if getattr(args, flag) is not None and args.method != method:
-                die(f"--{flag.replace('_', '-')} applies to --method {method}, not {args.method}")
+    for flag, methods in METHOD_FLAGS.items():
+        if getattr(args, flag) is not None and args.method not in methods:
+            die(f"--{flag.replace('_', '-')} applies to --method {' or '.join(methods)}, not {args.method}")
     problem = check_rule(args.method, args.accept)
     if problem:
         die(problem)
@@ -175,6 +184,25 @@ def load_heads_and_tree(args, model: GPT, device, dtype) -> tuple[MedusaHeads, o
     if tree.max_depth > heads.n_heads:
         die(f"the tree is {tree.max_depth} deep but there are only {heads.n_heads} heads: use a shallower tree")
     return heads, tree
+
+
+def load_eagle_and_tree(args, model: GPT, device, dtype):
+    """The EAGLE head (checked against the target) and its static tree, or None for EAGLE-2's."""
+    head = load_eagle(args.eagle or DEFAULT_EAGLE, model, device, dtype)
+    for name, low, high in (("eagle_topk", 1, 16), ("eagle_depth", 1, 16)):
+        if getattr(args, name) is not None and not low <= getattr(args, name) <= high:
+            die(f"--{name.replace('_', '-')} must be in {low}..{high}, got {getattr(args, name)}")
+    tree = None
+    if args.tree not in (None, "default"):
+        try:
+            tree = load_tree(args.tree)
+        except ValueError as e:
+            die(str(e))
+    nodes = len(tree) if tree is not None else (16 if args.tree_nodes is None else args.tree_nodes)
+    problem = check_tree_nodes(nodes, model.config.n_ctx)
+    if problem:
+        die(f"--tree{'-nodes' if tree is None else ' ' + args.tree}: {problem}")
+    return head, tree, nodes
 
 
 def parse_k(args) -> int | str:
@@ -220,7 +248,7 @@ def generate(args) -> None:
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method == "draft" or args.attn == "triton"):
+    if args.cuda_graph and (device.type != "cuda" or args.method in ("draft", "eagle") or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
     prompts = read_prompts(args)
     enc = load_encoding(args.tokenizer)
@@ -233,12 +261,16 @@ def generate(args) -> None:
         check_tokenizer(draft, enc, "draft")
     if args.method == "medusa":
         heads, tree = load_heads_and_tree(args, model, device, dtype)
+    eagle_tree = None
+    if args.method == "eagle":
+        heads, tree, nodes = load_eagle_and_tree(args, model, device, dtype)
+        eagle_tree = (args.eagle_topk or EAGLE_TOPK, args.eagle_depth or EAGLE_DEPTH, nodes)
     n_ctx = model.config.n_ctx if draft is None else min(model.config.n_ctx, draft.config.n_ctx)
     encoded = [enc.encode_ordinary(p) for p in prompts]
     check_prompts(encoded, n_ctx)
     c = cost_ratio(model, draft) if k == "auto" else None
     decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
-                      k_max=args.k_max or 8)
+                      k_max=args.k_max or 8, **({"eagle_tree": eagle_tree} if eagle_tree else {}))
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):

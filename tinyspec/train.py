@@ -5,6 +5,7 @@
     python -m tinyspec.train gpt --preset small        # the shipped target's recipe -> runs/small/final.safetensors
     python -m tinyspec.train gpt --preset draft --distill-from weights/target.safetensors
     python -m tinyspec.train medusa                    # heads for the shipped target -> runs/medusa/medusa.safetensors
+    python -m tinyspec.train eagle                     # an EAGLE draft head -> runs/eagle/eagle.safetensors
 
 Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
 only replaced with --force.
@@ -37,6 +38,7 @@ from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_tokenizer, die, e
 from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from .model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
+from .eagle import DEFAULT_DEPTH, DEFAULT_TOPK, EagleHead, eagle
 from .medusa import MedusaHeads
 from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
 from .tree import expected_accepted, from_accuracies
@@ -106,11 +108,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return run_dir / pointer.read_text().strip() if pointer.is_file() else None
 
 
-def load_checkpoint(ckpt: Path, model, opt, data_rng, device) -> dict:
+def load_checkpoint(ckpt: Path, model, opt, data_rng, device, read=lambda path: GPT.from_hf(path).state_dict()) -> dict:
+    """Restore what `save_checkpoint` wrote; read(path) -> the model's state dict from its file."""
     from safetensors.torch import load_file
 
     state = json.loads((ckpt / "state.json").read_text())
-    model.load_state_dict(GPT.from_hf(ckpt / "model.safetensors").state_dict())
+    model.load_state_dict(read(ckpt / "model.safetensors"))
     moments = load_file(ckpt / "optimizer.safetensors")
     data_rng.set_state(moments.pop("data_rng"))
     opt_state = {}
@@ -269,34 +272,41 @@ Reproduce: `python -m tinyspec.train {flags}`
 
 # ---- Medusa heads ---------------------------------------------------------------------------
 
-def train_medusa(args) -> None:
+def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, temperatures: list[float]) -> np.ndarray:
+    """Self-distilled sequences (`distill.self_distill`), generated once and cached: read from the
+    first of `run_dirs` that holds them for this target and shape, else made and written to the first."""
+    width = args.prompt_len + args.gen_len
+    name = f"selfdistill-{split}-{target.fingerprint()}-{n}x{width}.bin"
+    for d in run_dirs:
+        if (d / name).is_file():
+            return np.fromfile(d / name, dtype=np.uint16).reshape(-1, width)
+    tokens = data.TokenFile(data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text) / f"{split}.bin")
+    parts = [distill.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
+                                 args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
+    seqs = np.concatenate(parts)
+    path = run_dirs[0] / name
+    seqs.tofile(path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+    return seqs
+
+
+def frozen_target(args):
+    """(device, tokenizer, the target in float32) for training something on the target's own text."""
     device = pick_device(args.device)
     set_threads(args.threads, device)
-    out = check_output(args.out, args.force)
+    check_output(args.out, args.force)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
-    target = GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
-    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
-    run_dir = Path(args.run_dir)
+    return device, enc, GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
+
+
+def train_medusa(args) -> None:
+    device, enc, target = frozen_target(args)
+    out, run_dir = Path(args.out), Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    width = args.prompt_len + args.gen_len
-
-    def distilled(split: str, n: int, temperatures: list[float]) -> np.ndarray:
-        """Self-distilled sequences, generated once and cached in the run directory."""
-        path = run_dir / f"selfdistill-{split}-{target.fingerprint()}-{n}x{width}.bin"
-        if path.is_file():
-            return np.fromfile(path, dtype=np.uint16).reshape(-1, width)
-        tokens = data.TokenFile(data_path / f"{split}.bin")
-        parts = [distill.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
-                                     args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
-        seqs = np.concatenate(parts)
-        seqs.tofile(path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
-        return seqs
-
-    train_seqs = distilled("train", args.sequences, [0.0, 1.0])  # greedy and sampled continuations
-    heldout = distilled("val", max(16, args.sequences // 32), [0.0])
+    train_seqs = distilled(target, enc, args, [run_dir], "train", args.sequences, [0.0, 1.0])  # greedy and sampled
+    heldout = distilled(target, enc, args, [run_dir], "val", max(16, args.sequences // 32), [0.0])
     heads = MedusaHeads(target.config.n_embd, args.heads).to(device)
     losses = distill.train_heads(target, heads, train_seqs, args.prompt_len, args.steps, args.batch_size, args.lr,
                                 args.seed, window=args.window)
@@ -332,6 +342,99 @@ they promise if heads were right independently (1 + expected accepted nodes):
 Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
 """)
     print(f"saved {out} and its card {out.with_suffix('.md')}; top-1 accuracy per head: {[round(a, 3) for a in acc[:, 0].tolist()]}")
+
+
+# ---- EAGLE head -----------------------------------------------------------------------------
+
+def train_eagle(args) -> None:
+    device, enc, target = frozen_target(args)
+    run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.resume and latest_checkpoint(ckpt_dir) is None:
+        die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
+    t0 = time.time()
+    caches = [run_dir, Path(args.medusa_run_dir)]  # the sequences `train medusa` made are reused
+    train_seqs = distilled(target, enc, args, caches, "train", args.sequences, [0.0, 1.0])  # greedy and sampled
+    heldout = distilled(target, enc, args, caches, "val", max(16, args.sequences // 32), [0.0])
+    features = distill.target_features(target, train_seqs)
+    data_minutes = (time.time() - t0) / 60
+    torch.manual_seed(args.seed)
+    head = EagleHead.for_target(target)
+    seconds = {"before": 0.0, "start": time.time()}
+
+    def resume(opt, g):
+        state = load_checkpoint(latest_checkpoint(ckpt_dir), head, opt, g, device, read=lambda p: EagleHead.load(p).state_dict())
+        if state["args"]["steps"] != args.steps or state["args"]["batch_size"] != args.batch_size:
+            die(f"--resume: the checkpoint in {ckpt_dir} is of another --steps/--batch-size; drop --resume or change --run-dir")
+        seconds["before"] = state["train_seconds"]
+        print(f"resuming from step {state['step']}")
+        return state["step"], state["curve"]
+
+    def checkpoint(step, opt, g, curve):
+        save_checkpoint(ckpt_dir, head, opt, g, {"step": step, "curve": curve, "args": vars(args),
+                        "train_seconds": round(seconds["before"] + time.time() - seconds["start"], 1)})
+
+    curve = distill.train_eagle(target, head, train_seqs, features, args.steps, args.batch_size, args.lr, args.noise,
+                                args.ce_weight, args.seed, resume=resume if args.resume else None, checkpoint=checkpoint,
+                                every=args.checkpoint_every)
+    train_minutes = (seconds["before"] + time.time() - seconds["start"]) / 60
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
+    head = EagleHead.load(out, device)  # measured as shipped (rounded to --save-dtype)
+    head.accuracy = distill.eagle_accuracy(target, head, heldout, args.prompt_len)
+    head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
+    tau = held_out_tau(target, head, heldout, args.prompt_len)
+    where = f"CPU ({platform.machine()}, {torch.get_num_threads()} thread(s))" if device.type == "cpu" else torch.cuda.get_device_name(device)
+    acc = head.accuracy
+    chain = [1.0]
+    for a in acc:
+        chain.append(chain[-1] * a)
+    rows = "\n".join(f"| {c['step']} | {c['smooth_l1']:.4f} | {c['ce']:.3f} |" for c in curve)
+    atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
+
+- EAGLE draft head (fc 2C -> C, one GPT-2 block; the target's frozen embedding and LM head) for
+  `{shown(args.target)}` (fingerprint {head.target_fingerprint}; loading it on another target is refused);
+  {sum(p.numel() for p in head.parameters()):,} parameters, stored as {args.save_dtype}
+- data: {len(train_seqs)} self-distilled sequences ({args.prompt_len}-token prompts from the stdlib train split, {args.gen_len}
+  tokens generated by the target, half greedy, half at temperature 1): {train_seqs.size / 1e6:.2f}M tokens; generating
+  them and the target's features took {data_minutes:.1f} minutes (less when cached)
+- training: {args.steps} steps of {args.batch_size} sequences (every pair), AdamW lr {args.lr}, loss SmoothL1(features)
+  + {args.ce_weight} x CE(target's distribution), input noise U(-{args.noise}, {args.noise}); {train_minutes:.1f} minutes on {where}
+- held-out: {len(heldout)} greedy continuations of validation-split prompts
+
+| step | SmoothL1 (mean since last row) | cross-entropy |
+|---|---|---|
+{rows}
+
+Held-out top-1 accuracy per draft depth (depth d reads d - 1 of the head's own predicted
+features; the tokens before it are the target's), and the chance that a chain of top-1 guesses is
+accepted that far (their product):
+
+| depth | {' | '.join(str(d + 1) for d in range(len(acc)))} |
+|---|{'---|' * len(acc)}
+| top-1 accuracy | {' | '.join(f'{a:.3f}' for a in acc)} |
+| chain accepted | {' | '.join(f'{c:.3f}' for c in chain[1:])} |
+
+Greedy decoding of the held-out prompts (first {args.prompt_len} tokens of each, 64 new tokens, the default
+tree: --tree-nodes 16, --eagle-topk {DEFAULT_TOPK}, --eagle-depth {DEFAULT_DEPTH}): tau = {tau:.2f} tokens per target forward (bonus token included).
+
+Reproduce: `python -m tinyspec.train {' '.join(a for a in sys.argv[1:] if a != '--resume')}`
+""")
+    print(f"saved {out} and its card {out.with_suffix('.md')}; accuracy per depth {[round(a, 3) for a in acc]}, tau {tau:.2f}")
+
+
+@torch.no_grad()
+def held_out_tau(target: GPT, head: EagleHead, sequences: np.ndarray, prompt_len: int, n: int = 16) -> float:
+    """Tokens per target forward of greedy EAGLE decoding (default tree) on held-out prompts."""
+    from .decoding import run
+    from .sampling import Sampling
+    tokens = steps = 0
+    for seq in sequences[:n]:
+        max_len = min(target.config.n_ctx, prompt_len + 64 + 17)  # room for the output and one tree
+        res = run(eagle(target, head, seq[:prompt_len].tolist(), Sampling(0.0), None, max_len), 64)
+        tokens, steps = tokens + len(res.token_ids), steps + res.target_steps
+    return tokens / steps
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,35 +480,55 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the data sampler")
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
                        formatter_class=HelpFormatter)
-    m.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
+    add_self_distill_args(m, sequences=2048, run_dir="runs/medusa")
     m.add_argument("--heads", type=int, default=4, help="number of heads K")
-    m.add_argument("--sequences", type=int, default=2048, help="self-distilled training sequences to generate")
-    m.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
-    m.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
-    m.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
     m.add_argument("--steps", type=int, default=450, help="optimizer steps")
     m.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     m.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
-    m.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
-    m.add_argument("--text", action="append", help=argparse.SUPPRESS)
-    m.add_argument("--data-dir", default="data", help="where token files are cached")
-    m.add_argument("--run-dir", default="runs/medusa", help="where self-distilled data is cached")
     m.add_argument("--out", default="runs/medusa/medusa.safetensors", help="the heads; a .md card goes beside")
-    m.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
-    m.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    m.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler")
+    e = sub.add_parser("eagle", help="train an EAGLE draft head on a frozen target (self-distilled data)",
+                       formatter_class=HelpFormatter)
+    add_self_distill_args(e, sequences=1024, run_dir="runs/eagle")
+    e.add_argument("--steps", type=int, default=800, help="optimizer steps")
+    e.add_argument("--batch-size", type=int, default=8, help="sequences per step")
+    e.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    e.add_argument("--noise", type=float, default=0.1, help="uniform noise on the input features, U(-x, x)")
+    e.add_argument("--ce-weight", type=float, default=0.1, help="w in SmoothL1 + w * cross-entropy")
+    e.add_argument("--checkpoint-every", type=int, default=100, help="save a checkpoint (for --resume) every N steps")
+    e.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir/checkpoints")
+    e.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved head")
+    e.add_argument("--medusa-run-dir", default="runs/medusa", help="reuse self-distilled data cached here")
+    e.add_argument("--out", default="runs/eagle/eagle.safetensors", help="the head; a .md card goes beside "
+                   "(copy both to weights/ to ship them)")
     return ap
+
+
+def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
+    """The flags of a head trained on the frozen target's own text (medusa, eagle)."""
+    p.add_argument("--target", default=str(WEIGHTS / "target.safetensors"), help="the frozen target model")
+    p.add_argument("--sequences", type=int, default=sequences, help="self-distilled training sequences to generate")
+    p.add_argument("--prompt-len", type=int, default=32, help="corpus tokens that start each sequence")
+    p.add_argument("--gen-len", type=int, default=224, help="tokens the target generates after each prompt")
+    p.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
+    p.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
+    p.add_argument("--text", action="append", help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", default="data", help="where token files are cached")
+    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
+    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler")
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
-    for name in ("steps", "batch_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences", "gen_len", "prompt_len"):
+    for name in ("steps", "batch_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences", "gen_len", "prompt_len",
+                 "checkpoint_every"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
             die(f"--{name.replace('_', '-')} must be at least 1")
     try:
-        {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa}[args.what](args)
+        {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa, "eagle": train_eagle}[args.what](args)
     except (FileNotFoundError, ValueError) as e:
         die(str(e))
 
