@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, check_draft_free, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -43,12 +44,21 @@ CATEGORIES = ("code", "docs", "structured")
 
 
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto' or 'medusa:NODES' -> (name, parameter)."""
+    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES', 'lookup:K' or 'lookahead:W,N,G' -> (name, parameter)."""
     name, _, param = spec.partition(":")
     ok = (name == "ar" and not param) or (name == "draft" and (param == "auto" or param.isdigit())) \
-        or (name == "medusa" and param.isdigit())
+        or (name in ("medusa", "lookup") and param.isdigit()) \
+        or (name == "lookahead" and re.fullmatch(r"\d+,\d+,\d+", param) is not None)
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto or medusa:NODES")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, lookup:K or lookahead:W,N,G")
+    problem = None
+    if name == "lookup":
+        problem = check_draft_free(name, k=int(param))
+    elif name == "lookahead":
+        window, ngram, guesses = map(int, param.split(","))
+        problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
+    if problem:
+        die(f"{spec}: {problem}")
     return name, param
 
 
@@ -77,6 +87,11 @@ class Runner:
             elif name == "draft":
                 self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if param == "auto" else int(param),
                                               cost=self.c)
+            elif name == "lookup":
+                self.decoders[spec] = Decoder(self.target, "lookup", k=int(param))
+            elif name == "lookahead":
+                window, ngram, guesses = map(int, param.split(","))
+                self.decoders[spec] = Decoder(self.target, "lookahead", window=window, ngram=ngram, guesses=guesses)
             else:
                 self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(param)),
                                               cuda_graph=self.cuda_graph)
@@ -146,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--methods", default="ar,draft:2,draft:4,draft:6,medusa:16",
-                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES (ar is always run: speedups are against it)")
+                    help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, lookup:K (prompt lookup), "
+                    "lookahead:W,N,G (lookahead decoding; its commas stay inside the spec) (ar is always run: speedups "
+                    "are against it)")
     ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures (0 = greedy)")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
     ap.add_argument("--prompts-per-category", type=int, default=8)
@@ -182,7 +199,8 @@ def main(argv=None) -> None:
     if args.quick:
         args.methods, args.temperatures, args.prompts_per_category = "ar,draft:4,medusa:16", "0", 2
         args.max_new_tokens, args.repeats = 48, 1
-    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + args.methods.split(","))]
+    methods = re.split(r",(?=[a-zA-Z])", args.methods)  # a comma before a digit is inside a spec: lookahead:7,4,7
+    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + methods)]
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
     except ValueError:

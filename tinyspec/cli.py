@@ -16,11 +16,13 @@ import torch
 from .decoding import autoregressive
 from .fastpath import fixed_forward
 from .kvcache import KVCache
+from .lookahead import lookahead
+from .lookup import lookup
 from .medusa import MedusaHeads, medusa
 from .model import GPT
 from .speculative import AdaptiveK, accept_or_resample, speculative
 from .tokenizer import load_tokenizer
-from .verify import CHAIN_ONLY, chain_rule
+from .verify import CHAIN_ONLY, SAMPLED, chain_rule
 
 # The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -116,37 +118,49 @@ class Decoder:
     prompt. The caches (and, with cuda_graph, the recorded forwards) are made once, here, and
     every prompt reuses them: recording a CUDA graph costs several forwards.
 
-    method: "ar", "draft" (with `draft` and `k`, an int or "auto") or "medusa" (with `heads` and
-    `tree`). rule: the acceptance rule's name (verify.RULES); default greedy at temperature 0,
-    else lossless. cost: the draft's cost ratio c, for k = "auto"."""
+    method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
+    `tree`), "lookup" (with `k` and `max_ngram`) or "lookahead" (with `window`, `ngram` and
+    `guesses`). rule: the acceptance rule's name (verify.RULES); default greedy at temperature
+    0, else lossless (pointmass for lookup and lookahead, whose guesses are not sampled). cost:
+    the draft's cost ratio c, for k = "auto"."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | None = None, tree=None, rule: str | None = None, cuda_graph: bool = False,
-                 cost: float | None = None, k_max: int = 8):
+                 cost: float | None = None, k_max: int = 8, max_ngram: int = 3, window: int = 4, ngram: int = 3,
+                 guesses: int = 4):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
         self.heads, self.tree, self.rule, self.cost = heads, tree, rule, cost
+        self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
         self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
         self.cache = KVCache.for_model(target, target.config.n_ctx)
         self.forward = None
         if cuda_graph:  # recorded now, while the cache is empty (fastpath.py)
-            if method == "draft":
-                raise ValueError("CUDA graphs are for plain decoding and tree verification, not the draft loop")
+            if method not in ("ar", "medusa"):
+                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
-        rule = self.rule or ("greedy" if sampling.temperature == 0 else "lossless")
+        draft_free = self.method in ("lookup", "lookahead")
+        rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
+        if self.method == "lookup":
+            return lookup(self.target, prompt, sampling, generator, min(self.n_ctx, limit + self.k + 1), self.k,
+                          self.max_ngram, rule, self.cache)
+        if self.method == "lookahead":
+            size = (self.window + self.guesses) * (self.ngram - 1)  # the most tokens one step feeds
+            return lookahead(self.target, prompt, sampling, generator, min(self.n_ctx, limit + size), self.window,
+                             self.ngram, self.guesses, rule, self.cache)
         if self.method == "medusa":
             max_len = min(self.n_ctx, limit + len(self.tree) + 1)
             return medusa(self.target, self.heads, prompt, sampling, generator, max_len, self.tree, rule,
                           self.cache, self.forward)
         if self.method == "draft":
             k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
-            lookahead = self.k_max if self.k == "auto" else self.k
+            k_ahead = self.k_max if self.k == "auto" else self.k
             # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
             accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-            return speculative(self.target, self.draft, prompt, sampling, generator, min(self.n_ctx, limit + lookahead),
+            return speculative(self.target, self.draft, prompt, sampling, generator, min(self.n_ctx, limit + k_ahead),
                                k, (self.cache, self.draft_cache), accept)
         return autoregressive(self.target, prompt, sampling, generator, min(self.n_ctx, limit), self.cache, self.forward)
 
@@ -156,7 +170,30 @@ def check_rule(method: str, rule: str | None) -> str | None:
     if rule is None:
         return None
     if method == "ar":
-        return "--accept applies to --method draft or medusa"
+        return "--accept applies to --method draft, medusa, lookup or lookahead"
     if method == "medusa" and rule in CHAIN_ONLY:
         return f"--accept {rule} verifies a chain (--method draft), not Medusa's tree"
+    if method in ("lookup", "lookahead") and rule in SAMPLED:
+        return f"--accept {rule} needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"
+    return None
+
+
+def check_draft_free(method: str, k: int = 4, max_ngram: int = 3, window: int = 4, ngram: int = 3, guesses: int = 4,
+                     n_ctx: int | None = None) -> str | None:
+    """The one-line reason these lookup / lookahead settings cannot run (in a context of n_ctx
+    tokens, if given), or None if they can."""
+    if method == "lookup":
+        if not 1 <= k <= 16:
+            return f"--k must be in 1..16 for --method lookup, got {k}"
+        if not 1 <= max_ngram <= 8:
+            return f"--max-ngram must be in 1..8, got {max_ngram}"
+        size = k + 1
+    else:
+        for flag, value, low, high in (("window", window, 1, 32), ("ngram", ngram, 2, 8), ("guesses", guesses, 1, 32)):
+            if not low <= value <= high:
+                return f"--{flag} must be in {low}..{high}, got {value}"
+        size = (window + guesses) * (ngram - 1)
+    if n_ctx is not None and size + 2 >= n_ctx:
+        return f"a {method} step feeds up to {size} tokens, which does not fit the model's context of {n_ctx}: " \
+               "propose fewer tokens"
     return None

@@ -3,11 +3,13 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --max-new-tokens 64
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --k 4 --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --k 4 --show
     python -m tinyspec.generate --prompt-file prompts.jsonl --json --temperature 0
 
-The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model) and
-`medusa.py` (Medusa trees), with the acceptance rules in `verify.py`; this file reads prompts and
-flags, loads the models (`cli.py`), and streams text or prints JSON.
+The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model),
+`medusa.py` (Medusa trees), `lookup.py` and `lookahead.py` (no draft at all), with the
+acceptance rules in `verify.py`; this file reads prompts and flags, loads the models
+(`cli.py`), and streams text or prints JSON.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 import torch
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser,
-                  Decoder, check_rule, die, load_encoding, load_heads, load_model, pick_device, pick_dtype)
+                  Decoder, check_draft_free, check_rule, die, load_encoding, load_heads, load_model, pick_device,
+                  pick_dtype)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -86,11 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the text to continue")
     src.add_argument("--prompt-file", help="JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--method", choices=["ar", "draft", "medusa"], default="ar",
+    ap.add_argument("--method", choices=["ar", "draft", "medusa", "lookup", "lookahead"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
-                    "medusa: Medusa heads propose a tree, verified in one target pass")
+                    "medusa: Medusa heads propose a tree, verified in one target pass; lookup: prompt lookup, the "
+                    "text's own earlier continuation of its last tokens is the proposal; lookahead: n-grams from the "
+                    "target's own Jacobi iterations, made and verified in the same pass")
     ap.add_argument("--k", default="4", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the "
-                    "running acceptance rate and the measured draft/target cost")
+                    "running acceptance rate and the measured draft/target cost; lookup: tokens looked up per step "
+                    "(1-16)")
+    ap.add_argument("--max-ngram", type=int, default=3, help="lookup: the longest suffix of the text looked up "
+                    "(1-8); shorter ones are tried when it has not occurred before")
+    ap.add_argument("--window", type=int, default=4, help="lookahead: W, positions guessed ahead in parallel (1-32)")
+    ap.add_argument("--ngram", type=int, default=3, help="lookahead: N, the n-gram size: N - 1 Jacobi iterations "
+                    "are kept, and each guess verifies N - 1 tokens (2-8)")
+    ap.add_argument("--guesses", type=int, default=4, help="lookahead: G, the most n-grams verified per step (1-32)")
     ap.add_argument("--k-max", type=int, default=8, help="draft with --k auto: the largest k to try")
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights")
     ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="medusa: the heads' weights")
@@ -98,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "or a JSON file {\"choices\": [[0], [1], [0, 0], ...]}")
     ap.add_argument("--tree-nodes", type=int, default=16, help="medusa: nodes in the default tree")
     ap.add_argument("--accept", choices=list(RULES), default=None,
-                    help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
+                    help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless, or pointmass "
+                    "for lookup and lookahead). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
                     "top-k (deterministic) proposals; block: block verification of a draft's chain (exact, accepts "
                     "at least as much as lossless); typical: Medusa's fast rule, which does NOT keep the target's "
@@ -180,10 +193,12 @@ def main(argv=None) -> None:
         die(str(e))
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    k = parse_k(args) if args.method == "draft" else None
+    k = parse_k(args) if args.method in ("draft", "lookup") else None
+    if args.method == "lookup" and k is None:
+        die("--k auto adapts a draft model's k; --method lookup needs an integer in 1..16")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method == "draft" or args.attn == "triton"):
+    if args.cuda_graph and (device.type != "cuda" or args.method not in ("ar", "medusa") or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
     problem = check_rule(args.method, args.accept)
     if problem:
@@ -210,6 +225,10 @@ def main(argv=None) -> None:
         heads, tree = load_heads_and_tree(args, model, device, dtype)
     prompts = read_prompts(args)
     n_ctx = model.config.n_ctx if draft is None else min(model.config.n_ctx, draft.config.n_ctx)
+    if args.method in ("lookup", "lookahead"):
+        problem = check_draft_free(args.method, k, args.max_ngram, args.window, args.ngram, args.guesses, n_ctx)
+        if problem:
+            die(problem)
     encoded = [enc.encode_ordinary(p) for p in prompts]
     for i, ids in enumerate(encoded):
         if not ids:
@@ -218,7 +237,8 @@ def main(argv=None) -> None:
             die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
     c = cost_ratio(model, draft) if draft is not None and k is None else None
     decoder = Decoder(model, args.method, draft, "auto" if k is None else k, heads, tree, args.accept,
-                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max)
+                      cuda_graph=args.cuda_graph, cost=c, k_max=args.k_max, max_ngram=args.max_ngram,
+                      window=args.window, ngram=args.ngram, guesses=args.guesses)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):
         generator = torch.Generator(device=device).manual_seed(args.seed)
