@@ -54,12 +54,16 @@ def test_each_guess_sees_exactly_its_own_text():
     nodes, parents = trie([(20, 21, 22), (20, 23, 24), (25, 26, 27)])
     cache = KVCache.for_model(target, 64)
     target(torch.tensor([prefix]), cache=cache)
-    calls = []
+    calls, heads = [], []
     rule = lambda tokens, p, tree, q, generator: calls.append(p) or RULES["greedy"](tokens, p, tree)
+    hook = target.lm_head.register_forward_hook(lambda module, inputs, output: heads.append(output))
     step, _, top = lookahead_step(target, cache, grid, nodes, Tree(parents), rule, Sampling(1.0), None)
-    argmax_after = lambda text: int(target(torch.tensor([text]))[0][0, -1].argmax())
+    hook.remove()
+    logits_after = lambda text: target(torch.tensor([text]))[0][0, -1]
     for c in range(4):  # guess (2, c) sees level 0 up to column c, then its own column
-        assert top[c] == argmax_after(prefix + grid[0][:c + 1] + [grid[1][c], grid[2][c]]), f"column {c}"
+        expected = logits_after(prefix + grid[0][:c + 1] + [grid[1][c], grid[2][c]])
+        torch.testing.assert_close(heads[0][c], expected, atol=1e-4, rtol=1e-4, msg=f"column {c}")
+        assert top[c] == int(expected.argmax())
     p = calls[0]  # (T+1, V): the target's distribution after the root and after each node
     paths = {0: [root]}
     for i, (token, parent) in enumerate(zip(nodes, parents)):
