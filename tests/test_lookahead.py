@@ -12,7 +12,7 @@ import torch
 from tinyspec import bench, generate, verify
 from tinyspec.decoding import autoregressive, run
 from tinyspec.kvcache import KVCache
-from tinyspec.lookahead import NgramPool, lookahead, lookahead_step, slide, trie, window_mask
+from tinyspec.lookahead import NgramPool, lookahead, lookahead_step, slide, step_mask, trie, window_mask
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
@@ -22,7 +22,7 @@ from test_lookup import SAMPLING, V, exact_distribution, keep_rejected_in_p, sam
 from test_speculative import cache_from_plain_decoding, chi_square, critical_value
 
 
-def test_window_mask_is_the_drawn_one():
+def test_masks_are_the_drawn_ones():
     mask, offsets = window_mask(2, 3)
     drawn = ["1.....",
              "11....",
@@ -32,6 +32,19 @@ def test_window_mask_is_the_drawn_one():
              "111..1"]
     assert mask.int().tolist() == [[int(c == "1") for c in row] for row in drawn]
     assert offsets.tolist() == [0, 1, 2, 1, 2, 3]
+    nodes, parents = trie([(7, 8), (7, 9)])  # the walkthrough's figure: W = 3, N = 3, G = 2, two n-grams x 7 8, x 7 9
+    mask, offsets, rows = step_mask(2, 3, Tree(parents))
+    drawn = ["1........",
+             "11.......",
+             "111......",
+             "1..1.....",
+             "11..1....",
+             "111..1...",
+             "1.....1..",
+             "1.....11.",
+             "1.....1.1"]
+    assert nodes == [7, 8, 9] and mask.int().tolist() == [[int(c == "1") for c in row] for row in drawn]
+    assert offsets.tolist() == [0, 1, 2, 1, 2, 3, 1, 2, 2] and rows.tolist() == [0, 6, 7, 8]
 
 
 def test_trie_merges_shared_prefixes_and_the_pool_keeps_the_most_recent():

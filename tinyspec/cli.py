@@ -126,8 +126,8 @@ class Decoder:
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | None = None, tree=None, rule: str | None = None, cuda_graph: bool = False,
-                 cost: float | None = None, k_max: int = 8, max_ngram: int = 3, window: int = 4, ngram: int = 3,
-                 guesses: int = 4):
+                 cost: float | None = None, k_max: int = 8, max_ngram: int = 3, window: int = 3, ngram: int = 3,
+                 guesses: int = 2):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
         self.heads, self.tree, self.rule, self.cost = heads, tree, rule, cost
         self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses

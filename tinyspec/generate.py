@@ -94,15 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "medusa: Medusa heads propose a tree, verified in one target pass; lookup: prompt lookup, the "
                     "text's own earlier continuation of its last tokens is the proposal; lookahead: n-grams from the "
                     "target's own Jacobi iterations, made and verified in the same pass")
-    ap.add_argument("--k", default="4", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the "
-                    "running acceptance rate and the measured draft/target cost; lookup: tokens looked up per step "
-                    "(1-16)")
+    ap.add_argument("--k", default=None, help="draft: tokens proposed per step (1-16; default 4), or 'auto' to adapt "
+                    "k to the running acceptance rate and the measured draft/target cost; lookup: tokens looked up "
+                    "per step (1-16; default 8)")
     ap.add_argument("--max-ngram", type=int, default=3, help="lookup: the longest suffix of the text looked up "
                     "(1-8); shorter ones are tried when it has not occurred before")
-    ap.add_argument("--window", type=int, default=4, help="lookahead: W, positions guessed ahead in parallel (1-32)")
+    ap.add_argument("--window", type=int, default=3, help="lookahead: W, positions guessed ahead in parallel (1-32)")
     ap.add_argument("--ngram", type=int, default=3, help="lookahead: N, the n-gram size: N - 1 Jacobi iterations "
                     "are kept, and each guess verifies N - 1 tokens (2-8)")
-    ap.add_argument("--guesses", type=int, default=4, help="lookahead: G, the most n-grams verified per step (1-32)")
+    ap.add_argument("--guesses", type=int, default=2, help="lookahead: G, the most n-grams verified per step (1-32)")
     ap.add_argument("--k-max", type=int, default=8, help="draft with --k auto: the largest k to try")
     ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights")
     ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="medusa: the heads' weights")
@@ -193,6 +193,8 @@ def main(argv=None) -> None:
         die(str(e))
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.k is None:
+        args.k = "8" if args.method == "lookup" else "4"
     k = parse_k(args) if args.method in ("draft", "lookup") else None
     if args.method == "lookup" and k is None:
         die("--k auto adapts a draft model's k; --method lookup needs an integer in 1..16")

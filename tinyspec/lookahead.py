@@ -109,8 +109,26 @@ def window_mask(levels: int, W: int, device=None) -> tuple[torch.Tensor, torch.T
     return first_level_before | own_column_below, level + column
 
 
+def step_mask(levels: int, W: int, tree: Tree | None, device=None):
+    """The attention among the n = levels * W + T tokens of one step: the window (index l * W + c),
+    then the trie's T nodes. Returns the (n, n) mask, the (n,) position offsets (added to L),
+    and the (T+1,) indices of the root and the trie's nodes (None when there is no trie).
+
+    The two branches see nothing of each other; the root (index 0) is in both: a trie node sees
+    the root and its own ancestors (`Tree.tree_mask`) at offsets 0 and its depth."""
+    mask, offsets = window_mask(levels, W, device)
+    if tree is None:
+        return mask, offsets, None
+    window, T = levels * W, len(tree)
+    new_mask = torch.zeros(window + T, window + T, dtype=torch.bool, device=device)  # (n, n)
+    new_mask[:window, :window] = mask
+    rows = torch.tensor([0, *range(window, window + T)], device=device)  # (T+1,): the root, then the nodes
+    new_mask[rows[:, None], rows] = tree.tree_mask
+    return new_mask, torch.cat([offsets, tree.depth[1:]]), rows
+
+
 def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: list[int], tree: Tree | None, accept,
-         sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
+                   sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
     """One lookahead step: ONE target forward over the root, the window and the trie. Returns
     (the Step, the next root, the top level's outputs: the next iteration's guesses (W,)).
 
@@ -120,20 +138,14 @@ def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: li
     L, levels, W = cache.length, len(grid), len(grid[0])
     window = levels * W
     x = torch.tensor([t for row in grid for t in row] + nodes, device=device)  # (window + T,)
-    mask, offsets = window_mask(levels, W, device)
-    new_mask = torch.zeros(len(x), len(x), dtype=torch.bool, device=device)  # (n, n): the two branches apart
-    new_mask[:window, :window] = mask
-    if tree is not None:  # the root and the trie: index 0, then window, window + 1, ...
-        rows = torch.tensor([0, *range(window, len(x))], device=device)  # (T+1,)
-        new_mask[rows[:, None], rows] = tree.tree_mask  # each node sees the root and its ancestors
-        offsets = torch.cat([offsets, tree.depth[1:]])
+    new_mask, offsets, rows = step_mask(levels, W, tree, device)
     h = target.hidden(x[None], positions=L + offsets, cache=cache, attn_mask=prefix_mask(new_mask, L))[0]  # (n, C)
     top = target.lm_head(h[window - W:window]).argmax(-1).tolist()  # each top guess's successor
     if tree is None:  # nothing to verify: the root's own step
         root = sample(sampling.probs(target.lm_head(h[0])), generator)
         cache.truncate(L + 1)  # keep the root, drop the window
         return Step([int(root)], [TARGET]), root, top
-    # verify the trie: only the rows of the root and the nodes (logits for the window's rows are never needed)
+    # verify the trie: logits only for the rows of the root and the nodes (the window's are never needed)
     out, root, _ = accept_tree(cache, L, x[rows], target.lm_head(h[rows]), tree, accept, sampling, None, generator, rows)
     return out, root, top
 
@@ -163,7 +175,7 @@ def slide(grid: list[list[int]], top: list[int], root: int, ngram: int, fill: Ca
 
 @torch.no_grad()
 def lookahead(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
-              window: int = 4, ngram: int = 3, guesses: int = 4, rule: str = "greedy", cache: KVCache | None = None,
+              window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy", cache: KVCache | None = None,
               pool: NgramPool | None = None) -> Iterator[Step]:
     """Lookahead decoding; yields one `Step` per target forward pass.
 

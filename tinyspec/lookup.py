@@ -78,7 +78,7 @@ class NgramIndex:
 
 @torch.no_grad()
 def lookup(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
-           k: int = 4, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Iterator[Step]:
+           k: int = 8, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Iterator[Step]:
     """Prompt lookup decoding; yields one `Step` per target forward pass.
 
     k: tokens proposed per step; max_ngram: the longest suffix looked up; rule: a name from
