@@ -2,14 +2,13 @@
 against plain forwards over the text each guess sees, greedy output token for token over many
 window shapes, the cache afterwards, the sampled distribution (statistically, with a planted
 bug that must be caught), and the command lines."""
-import itertools
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import bench, generate, verify
+from tinyspec import bench, generate
 from tinyspec.decoding import autoregressive, run
 from tinyspec.kvcache import KVCache
 from tinyspec.lookahead import NgramPool, lookahead, lookahead_step, slide, step_mask, trie, window_mask
@@ -18,8 +17,8 @@ from tinyspec.tree import Tree
 from tinyspec.verify import RULES
 
 from conftest import counting_sequences, random_gpt
-from test_lookup import SAMPLING, V, exact_distribution, keep_rejected_in_p, sample_counts
-from test_speculative import cache_from_plain_decoding, chi_square, critical_value
+from test_lookup import (SAMPLING, V, check_cache_after, check_cli_equals_ar, check_distribution, exact_distribution,
+                         model_file, sample_counts)  # noqa: F401 (model_file: a fixture)
 
 
 def test_masks_are_the_drawn_ones():
@@ -128,16 +127,10 @@ def test_greedy_lookahead_runs_to_the_end_of_the_context(target):
 
 @pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
 def test_cache_after_lookahead_steps_equals_plain_decoding(target, temperature, rule):
-    cache = KVCache.for_model(target, 128)
-    prompt = [3, 5, 7, 9]
-    steps = lookahead(target, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 128, 4, 3, 4, rule, cache)
-    out = list(itertools.islice(steps, 12))
-    seq = prompt + [t for step in out for t in step.tokens]
-    n = cache.length
-    assert n == len(seq) - 1 and sum(step.proposed for step in out) > 0  # the newest token is not fed yet
-    expected = cache_from_plain_decoding(target, seq[:n], 128)
-    torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    cache, prompt = KVCache.for_model(target, 128), [3, 5, 7, 9]
+    generator = torch.Generator().manual_seed(0)
+    steps = lookahead(target, prompt, Sampling(temperature), generator, 128, 4, 3, 4, rule, cache)
+    check_cache_after(target, cache, prompt, steps, 12)
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
@@ -175,35 +168,15 @@ def lookahead_counts(tiny_vocab, n_samples):
 
 
 @pytest.mark.slow
-def test_sampled_lookahead_has_the_target_distribution(tiny_vocab):
-    stat, dof = chi_square(lookahead_counts(tiny_vocab, 6000), tiny_vocab[2])
-    assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
-
-
-@pytest.mark.slow
-def test_a_rejected_guess_left_in_p_is_caught(tiny_vocab, monkeypatch):
-    monkeypatch.setattr(verify, "residual", keep_rejected_in_p)
-    stat, dof = chi_square(lookahead_counts(tiny_vocab, 3000), tiny_vocab[2])
-    assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the bug went unnoticed"
+def test_sampled_lookahead_has_the_target_distribution_and_a_planted_bug_is_caught(tiny_vocab, monkeypatch):
+    check_distribution(lambda n: lookahead_counts(tiny_vocab, n), tiny_vocab[2], monkeypatch)
 
 
 # ---- command line ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lookahead") / "target.safetensors"
-    random_gpt(vocab_size=8192, n_ctx=64, scale=4.0).save(path)
-    return path
-
-
 def test_cli_lookahead_equals_ar(model_file, capsys):
-    base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(model_file), "--json"]
-    generate.main(base)
-    ar = json.loads(capsys.readouterr().out)
-    for flags in ([], ["--window", "2", "--ngram", "4", "--guesses", "2"]):
-        generate.main(base + ["--method", "lookahead"] + flags)
-        out = json.loads(capsys.readouterr().out)
-        assert out["token_ids"] == ar["token_ids"] and "tau" in out["stats"]
+    check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookahead",
+                        [[], ["--window", "2", "--ngram", "4", "--guesses", "2"]])
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -76,18 +76,23 @@ def test_greedy_lookup_runs_to_the_end_of_the_context(target):
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
-@pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
-def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rule):
-    cache = KVCache.for_model(target, 96)
-    prompt = [3, 4, 5, 3, 4, 5, 3, 4]
-    steps = lookup(target, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 6, 3, rule, cache)
-    out = list(itertools.islice(steps, 8))
+def check_cache_after(target, cache, prompt, steps, n_steps):
+    """After n_steps of `steps` (which decode `prompt` into `cache`), the cache holds what plain
+    decoding of the same tokens builds, and some step proposed something."""
+    out = list(itertools.islice(steps, n_steps))
     seq = prompt + [t for step in out for t in step.tokens]
     n = cache.length
     assert n == len(seq) - 1 and sum(step.proposed for step in out) > 0  # the newest token is not fed yet
-    expected = cache_from_plain_decoding(target, seq[:n], 96)
+    expected = cache_from_plain_decoding(target, seq[:n], cache.max_len)
     torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
+def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rule):
+    cache, prompt = KVCache.for_model(target, 96), [3, 4, 5, 3, 4, 5, 3, 4]
+    steps = lookup(target, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 6, 3, rule, cache)
+    check_cache_after(target, cache, prompt, steps, 8)
 
 
 def test_lookup_refuses_rules_that_need_a_draft_distribution(target):
@@ -146,42 +151,45 @@ def lookup_counts(tiny_vocab, n_samples):
     return counts
 
 
-@pytest.mark.slow
-def test_sampled_lookup_has_the_target_distribution(tiny_vocab):
-    stat, dof = chi_square(lookup_counts(tiny_vocab, 6000), tiny_vocab[2])
+def check_distribution(counts_of, exact, monkeypatch):
+    """6,000 samples must fit the exact distribution; with a planted bug in the point-mass walk
+    (verify.py), a rejected candidate left in p so that the correction can be the very token
+    just rejected, 3,000 must miss it by far."""
+    stat, dof = chi_square(counts_of(6000), exact)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
-
-
-def keep_rejected_in_p(p, q):
-    """A planted bug for the point-mass walk (verify.py): a rejected candidate stays in p, so
-    the correction can be the very token just rejected."""
-    return p / p.sum(-1, keepdim=True)
+    monkeypatch.setattr(verify, "residual", lambda p, q: p / p.sum(-1, keepdim=True))
+    stat, dof = chi_square(counts_of(3000), exact)
+    assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the planted bug went unnoticed"
 
 
 @pytest.mark.slow
-def test_a_rejected_candidate_left_in_p_is_caught(tiny_vocab, monkeypatch):
-    monkeypatch.setattr(verify, "residual", keep_rejected_in_p)
-    stat, dof = chi_square(lookup_counts(tiny_vocab, 3000), tiny_vocab[2])
-    assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the bug went unnoticed"
+def test_sampled_lookup_has_the_target_distribution_and_a_planted_bug_is_caught(tiny_vocab, monkeypatch):
+    check_distribution(lambda n: lookup_counts(tiny_vocab, n), tiny_vocab[2], monkeypatch)
 
 
 # ---- command line ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lookup") / "target.safetensors"
+    path = tmp_path_factory.mktemp("draftfree") / "target.safetensors"
     random_gpt(vocab_size=8192, n_ctx=64, scale=4.0).save(path)
     return path
 
 
-def test_cli_lookup_equals_ar(model_file, capsys):
-    base = ["--prompt", "a b a b a b a b", "--max-new-tokens", "24", "--model", str(model_file), "--json"]
+def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
+    """`generate --json` with --method `method` and each set of flags writes ar's tokens, and proposes."""
+    base = ["--prompt", prompt, "--max-new-tokens", "24", "--model", str(model_file), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for flags in (["--k", "3"], ["--k", "8", "--max-ngram", "1"]):
-        generate.main(base + ["--method", "lookup"] + flags)
+    for flags in flag_sets:
+        generate.main(base + ["--method", method] + flags)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"] and out["stats"]["proposed_tokens"] > 0 and "tau" in out["stats"]
+
+
+def test_cli_lookup_equals_ar(model_file, capsys):
+    flag_sets = [["--k", "3"], ["--k", "8", "--max-ngram", "1"]]
+    check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookup", flag_sets)
 
 
 @pytest.mark.parametrize("argv, message", [

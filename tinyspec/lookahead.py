@@ -146,7 +146,8 @@ def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: li
         cache.truncate(L + 1)  # keep the root, drop the window
         return Step([int(root)], [TARGET]), root, top
     # verify the trie: logits only for the rows of the root and the nodes (the window's are never needed)
-    out, root, _ = accept_tree(cache, L, x[rows], target.lm_head(h[rows]), tree, accept, sampling, None, generator, rows)
+    logits = target.lm_head(h[rows])  # (T+1, V)
+    out, root, _ = accept_tree(cache, L, x[rows], logits, tree, accept, sampling, None, generator, rows)
     return out, root, top
 
 
