@@ -36,6 +36,7 @@ from .verify import RULES
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
+K_DEFAULT = "4 for draft, 8 for lookup"  # --k's default depends on the method
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
 
 
@@ -94,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "medusa: Medusa heads propose a tree, verified in one target pass; lookup: prompt lookup, the "
                     "text's own earlier continuation of its last tokens is the proposal; lookahead: n-grams from the "
                     "target's own Jacobi iterations, made and verified in the same pass")
-    ap.add_argument("--k", default=None, help="draft: tokens proposed per step (1-16; default 4), or 'auto' to adapt "
-                    "k to the running acceptance rate and the measured draft/target cost; lookup: tokens looked up "
-                    "per step (1-16; default 8)")
+    ap.add_argument("--k", default=K_DEFAULT, help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to "
+                    "the running acceptance rate and the measured draft/target cost; lookup: tokens looked up per step "
+                    "(1-16)")
     ap.add_argument("--max-ngram", type=int, default=3, help="lookup: the longest suffix of the text looked up "
                     "(1-8); shorter ones are tried when it has not occurred before")
     ap.add_argument("--window", type=int, default=3, help="lookahead: W, positions guessed ahead in parallel (1-32)")
@@ -193,7 +194,7 @@ def main(argv=None) -> None:
         die(str(e))
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    if args.k is None:
+    if args.k == K_DEFAULT:
         args.k = "8" if args.method == "lookup" else "4"
     k = parse_k(args) if args.method in ("draft", "lookup") else None
     if args.method == "lookup" and k is None:

@@ -157,12 +157,12 @@ def slide(grid: list[list[int]], top: list[int], root: int, ngram: int, fill: Ca
     While fewer than N - 1 levels exist, the top level's outputs become a new level; output
     (l, c) guesses the token after (l, c), so every level moves one column left and the right
     end gets a `fill()`. Once the window is full, level 0 (the oldest iteration) is forgotten,
-    every level moves down one and the outputs become the top level; a guess one level down
-    sits one position earlier, so each guess moves one position in the text, exactly as the
-    root does when a step produces one token.
+    every level moves down one and the outputs become the top level. Either way, after a step
+    that produced one token (the root moved one position on), every guess still sits at the
+    position it was made for (L + level + column).
 
     When a step produces more (a accepted + 1), the window still moves one iteration, not
-    a + 1 columns (as the paper's code does): the guesses then sit a positions behind the text,
+    a + 1 columns (as the authors' code does): the guesses then sit a positions behind the text,
     but the pool keeps n-grams by their tokens, not their positions, and the guesses keep
     maturing instead of restarting from filler (on the shipped model this gives a higher tau:
     walkthrough exercise)."""
