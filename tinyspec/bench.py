@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_k, check_rule, check_tokenizer,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k, check_rule, check_tokenizer,
                   check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model, pick_device,
                   pick_dtype, set_threads, use_attention)
 from .decoding import run
@@ -46,19 +47,27 @@ CATEGORIES = ("code", "docs", "structured")
 
 
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES' or 'eagle:NODES', each optionally with '@RULE' (an
-    acceptance rule of verify.py, e.g. draft:4@block, medusa:16@pointmass) -> (name, parameter)."""
+    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES', 'eagle:NODES', 'lookup:K' or 'lookahead:W,N,G',
+    each optionally with '@RULE' (an acceptance rule of verify.py, e.g. draft:4@block,
+    medusa:16@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
     size, _, rule = param.partition("@")
     ok = (name == "ar" and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
-        or (name in ("medusa", "eagle") and size.isdigit())
+        or (name in ("medusa", "eagle", "lookup") and size.isdigit()) \
+        or (name == "lookahead" and re.fullmatch(r"\d+,\d+,\d+", size) is not None)
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES or eagle:NODES (optionally @RULE)")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K or "
+            "lookahead:W,N,G (each optionally @RULE)")
     problem = check_rule(name, rule) if rule else None
     if rule and rule not in RULES:
         problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
+    if not problem and name == "lookup":
+        problem = check_draft_free(name, k=int(size))
+    elif not problem and name == "lookahead":
+        window, ngram, guesses = map(int, size.split(","))
+        problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
     if problem:
-        die(problem)
+        die(f"{spec}: {problem}")
     return name, param
 
 
@@ -92,6 +101,12 @@ class Runner:
             elif name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
                 self.decoders[spec] = Decoder(self.target, "eagle", heads=self.eagle, rule=rule,
                                               eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, int(size)))
+            elif name == "lookup":
+                self.decoders[spec] = Decoder(self.target, "lookup", k=int(size), rule=rule)
+            elif name == "lookahead":
+                window, ngram, guesses = map(int, size.split(","))
+                self.decoders[spec] = Decoder(self.target, "lookahead", rule=rule, window=window, ngram=ngram,
+                                              guesses=guesses)
             else:
                 self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
                                               rule=rule, cuda_graph=self.cuda_graph)
@@ -167,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]) + "\n\n"
                         "`python -m tinyspec.bench kernels --help` describes the kernel benchmark.")
-    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, each optionally @RULE to "
+    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K (prompt lookup), lookahead:W,N,G (its commas stay inside the spec), each optionally @RULE to "
                     "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
                     f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
     ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
@@ -276,7 +291,8 @@ def measure(args, argv: list[str]) -> dict:
     for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
         if getattr(args, key) is None:
             setattr(args, key, value)
-    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + args.methods.split(","))]
+    methods = re.split(r",(?=[a-zA-Z])", args.methods)  # a comma before a digit is inside a spec: lookahead:7,4,7
+    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + methods)]
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
         for t in temperatures:

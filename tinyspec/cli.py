@@ -18,11 +18,13 @@ from .decoding import autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
 from .kvcache import KVCache
+from .lookahead import lookahead
+from .lookup import lookup
 from .medusa import MedusaHeads, medusa
 from .model import GPT
 from .speculative import AdaptiveK, accept_or_resample, speculative
 from .tokenizer import load_tokenizer
-from .verify import CHAIN_ONLY, chain_rule
+from .verify import CHAIN_ONLY, SAMPLED, chain_rule
 
 # The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -224,23 +226,26 @@ class Decoder:
     every prompt reuses them: recording a CUDA graph costs several forwards.
 
     method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
-    `tree`) or "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
-    dynamic tree of `eagle_tree` = (top-k, depth, nodes)). rule: the acceptance rule's name
-    (verify.RULES); default greedy at temperature 0, else lossless. cost: the draft's cost ratio
-    c, for k = "auto"."""
+    `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
+    dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`) or
+    "lookahead" (with `window`, `ngram` and `guesses`). rule: the acceptance rule's name
+    (verify.RULES); default greedy at temperature 0, else lossless (pointmass for lookup and
+    lookahead, whose guesses are not sampled). cost: the draft's cost ratio c, for k = "auto"."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
                  cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
-                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16)):
+                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16), max_ngram: int = 3,
+                 window: int = 3, ngram: int = 3, guesses: int = 2):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
         self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
+        self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
         self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
         self.cache = KVCache.for_model(target, target.config.n_ctx)
         self.forward = None
         if cuda_graph:  # recorded now, while the cache is empty (fastpath.py)
-            if method in ("draft", "eagle"):
-                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification, not a draft loop")
+            if method not in ("ar", "medusa"):
+                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
         if method == "eagle":  # the head's cache also holds the nodes one step expands
@@ -248,7 +253,15 @@ class Decoder:
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
-        rule = self.rule or ("greedy" if sampling.temperature == 0 else "lossless")
+        draft_free = self.method in ("lookup", "lookahead")
+        rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
+        if self.method == "lookup":
+            return lookup(self.target, prompt, sampling, generator, min(self.n_ctx, limit + self.k + 1), self.k,
+                          self.max_ngram, rule, self.cache)
+        if self.method == "lookahead":
+            size = (self.window + self.guesses) * (self.ngram - 1)  # the most tokens one step feeds
+            return lookahead(self.target, prompt, sampling, generator, min(self.n_ctx, limit + size), self.window,
+                             self.ngram, self.guesses, rule, self.cache)
         if self.method == "medusa":
             max_len = min(self.n_ctx, limit + len(self.tree) + 1)
             return medusa(self.target, self.heads, prompt, sampling, generator, max_len, self.tree, rule,
@@ -260,10 +273,10 @@ class Decoder:
                          k, depth, nodes, self.tree, self.cache, self.draft_cache)
         if self.method == "draft":
             k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
-            lookahead = self.k_max if self.k == "auto" else self.k
+            k_ahead = self.k_max if self.k == "auto" else self.k
             # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
             accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-            return speculative(self.target, self.draft, prompt, sampling, generator, min(self.n_ctx, limit + lookahead),
+            return speculative(self.target, self.draft, prompt, sampling, generator, min(self.n_ctx, limit + k_ahead),
                                k, (self.cache, self.draft_cache), accept)
         return autoregressive(self.target, prompt, sampling, generator, min(self.n_ctx, limit), self.cache, self.forward)
 
@@ -273,7 +286,30 @@ def check_rule(method: str, rule: str | None) -> str | None:
     if rule is None:
         return None
     if method == "ar":
-        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa or eagle"
-    if method in ("medusa", "eagle") and rule in CHAIN_ONLY:
+        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa, eagle, lookup or lookahead"
+    if method in ("medusa", "eagle", "lookahead") and rule in CHAIN_ONLY:
         return f"the {rule} rule verifies a chain (the draft method), not a tree"
+    if method in ("lookup", "lookahead") and rule in SAMPLED:
+        return f"the {rule} rule needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"
+    return None
+
+
+def check_draft_free(method: str, k: int = 4, max_ngram: int = 3, window: int = 4, ngram: int = 3, guesses: int = 4,
+                     n_ctx: int | None = None) -> str | None:
+    """The one-line reason these lookup / lookahead settings cannot run (in a context of n_ctx
+    tokens, if given), or None if they can."""
+    if method == "lookup":
+        if not 1 <= k <= 16:
+            return f"--k must be in 1..16 for --method lookup, got {k}"
+        if not 1 <= max_ngram <= 8:
+            return f"--max-ngram must be in 1..8, got {max_ngram}"
+        size = k + 1
+    else:
+        for flag, value, low, high in (("window", window, 1, 32), ("ngram", ngram, 2, 8), ("guesses", guesses, 1, 32)):
+            if not low <= value <= high:
+                return f"--{flag} must be in {low}..{high}, got {value}"
+        size = (window + guesses) * (ngram - 1)
+    if n_ctx is not None and size + 2 >= n_ctx:
+        return f"a {method} step feeds up to {size} tokens, which does not fit the model's context of {n_ctx}: " \
+               "propose fewer tokens"
     return None

@@ -12,7 +12,8 @@ replay. The loop does not care which it is given.
 
 Every method that proposes a tree (Medusa, EAGLE, prompt lookup; `tree.py`) ends its step the
 same way, `verify_tree`: one target forward over the root and the proposed tokens, an
-acceptance rule from `verify.py`, and the cache compacted to the accepted path.
+acceptance rule from `verify.py`, and the cache compacted to the accepted path. Lookahead
+decoding feeds more than the tree in its forward and calls the second half, `accept_tree`.
 """
 
 from __future__ import annotations
@@ -85,12 +86,27 @@ def verify_tree(target: GPT, cache: KVCache, root: torch.Tensor, tokens: torch.T
         logits, hidden = target(x[None], positions=L + tree.depth, cache=cache, attn_mask=prefix_mask(tree.tree_mask, L))
     else:
         logits, hidden = forward(x, L)
-    path, nxt = accept(x, sampling.probs(logits[0]), tree, q, generator)
-    cache.keep((L + path).tolist())  # the root (slot L) and the accepted nodes, compacted
+    step, nxt, path = accept_tree(cache, L, x, logits[0], tree, accept, sampling, q, generator)
+    return step, nxt, hidden[0, path]
+
+
+def accept_tree(cache: KVCache, L: int, x: torch.Tensor, logits: torch.Tensor, tree, accept, sampling: Sampling,
+                q: torch.Tensor | None, generator, slots: torch.Tensor | None = None):
+    """Steps 3-4 of a tree method, once the forward has run: the rule judges the tree, the cache
+    keeps the root and the accepted path, and the Step says what came out. Returns (the Step,
+    the next root, the accepted path as indices into x).
+
+    x (T+1,): the root, then the tree's nodes; logits (T+1, V): the target's after each of them;
+    L: the cache length before the forward. slots (T+1,): where the forward put each of x in the
+    cache, counted from L (default 0..T: root and tree were all it fed; lookahead decoding feeds
+    more between them)."""
+    path, nxt = accept(x, sampling.probs(logits), tree, q, generator)
+    where = path if slots is None else slots[path]
+    cache.keep((L + where).tolist())  # the root (slot L) and the accepted nodes, compacted
     accepted = x[path[1:]].tolist()
     kind = CORRECTION if tree.children(int(path[-1])) else BONUS
     step = Step(accepted + [int(nxt)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth)
-    return step, nxt, hidden[0, path]
+    return step, nxt, path
 
 
 @dataclass

@@ -5,11 +5,13 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
     python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --k 4 --show
     python -m tinyspec.generate --prompt-file prompts.jsonl --json
 
-The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model),
-`medusa.py` (Medusa trees) and `eagle.py` (EAGLE), with the acceptance rules in `verify.py`; this file reads prompts and
-flags, loads the models (`cli.py`), and streams text or prints JSON.
+The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model), `medusa.py`
+(Medusa trees), `eagle.py` (EAGLE), `lookup.py` and `lookahead.py` (no draft at all), with the
+acceptance rules in `verify.py`; this file reads prompts and flags, loads the models (`cli.py`),
+and streams text or prints JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 import torch
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_k, check_prompts, check_rule,
-                  check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k,
+                  check_prompts, check_rule, check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
                   pick_device, pick_dtype, set_threads, use_attention, use_colour)
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
@@ -36,6 +38,7 @@ from .verify import RULES
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
+K_DEFAULT = "4 for draft, 8 for lookup"  # --k's default depends on the method
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
 
 
@@ -91,7 +94,8 @@ class Printer:
 
 
 # flags only some methods read
-METHOD_FLAGS = {"k": ("draft",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa",),
+METHOD_FLAGS = {"k": ("draft", "lookup"), "max_ngram": ("lookup",), "window": ("lookahead",),
+                "ngram": ("lookahead",), "guesses": ("lookahead",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa",),
                 "tree": ("medusa", "eagle"), "tree_nodes": ("medusa", "eagle"), "eagle": ("eagle",),
                 "eagle_topk": ("eagle",), "eagle_depth": ("eagle",)}
 
@@ -105,12 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="UTF-8 file: JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
                     "<|endoftext|>, or when the context window is full)")
-    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle"], default="ar",
+    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle", "lookup", "lookahead"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
                     "medusa: Medusa heads propose a tree, verified in one target pass; eagle: an EAGLE head drafts "
-                    "the target's features and grows a tree (EAGLE-2), verified in one target pass")
+                    "the target's features and grows a tree (EAGLE-2), verified in one target pass; lookup: prompt "
+                    "lookup, the text's own earlier continuation of its last tokens is the proposal; lookahead: "
+                    "n-grams from the target's own Jacobi iterations, made and verified in the same pass")
     ap.add_argument("--k", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the running "
-                    "acceptance rate and the measured draft/target cost (default: 4)")
+                    "acceptance rate and the measured draft/target cost (default: 4); lookup: tokens looked up per "
+                    "step (1-16, default: 8)")
+    ap.add_argument("--max-ngram", type=int, help="lookup: the longest suffix of the text looked up (1-8); shorter "
+                    "ones are tried when it has not occurred before (default: 3)")
+    ap.add_argument("--window", type=int, help="lookahead: W, positions guessed ahead in parallel (1-32, default: 3)")
+    ap.add_argument("--ngram", type=int, help="lookahead: N, the n-gram size: N - 1 Jacobi iterations are kept, and "
+                    "each guess verifies N - 1 tokens (2-8, default: 3)")
+    ap.add_argument("--guesses", type=int, help="lookahead: G, the most n-grams verified per step (1-32, default: 2)")
     ap.add_argument("--k-max", type=int, help="draft with --k auto: the largest k to try (default: 8)")
     ap.add_argument("--draft", help=f"draft: the draft model's weights (default: {DEFAULT_DRAFT.name} in weights/)")
     ap.add_argument("--heads", help=f"medusa: the heads' weights (default: {DEFAULT_HEADS.name} in weights/)")
@@ -123,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                     f"depth, of the dynamic tree (default: {EAGLE_TOPK})")
     ap.add_argument("--eagle-depth", type=int, help=f"eagle: depth of the dynamic tree (default: {EAGLE_DEPTH})")
     ap.add_argument("--accept", choices=list(RULES), default=None,
-                    help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless). lossless: "
+                    help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless, or pointmass "
+                    "for lookup and lookahead). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
                     "top-k (deterministic) proposals; block: block verification of a draft's chain (exact, accepts "
                     "at least as much as lossless); typical: Medusa's fast rule, which does NOT keep the target's "
@@ -244,11 +258,15 @@ def generate(args) -> None:
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     check_method_flags(args)
-    k = parse_k(args) if args.method == "draft" else None
+    if args.method == "lookup" and args.k is None:
+        args.k = "8"
+    k = parse_k(args) if args.method in ("draft", "lookup") else None
+    if args.method == "lookup" and k == "auto":
+        die("--k auto adapts a draft model's k; --method lookup needs an integer in 1..16")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method in ("draft", "eagle") or args.attn == "triton"):
+    if args.cuda_graph and (device.type != "cuda" or args.method not in ("ar", "medusa") or args.attn == "triton"):
         die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
     prompts = read_prompts(args)
     enc = load_encoding(args.tokenizer)
@@ -264,13 +282,20 @@ def generate(args) -> None:
     eagle_tree = None
     if args.method == "eagle":
         heads, tree, nodes = load_eagle_and_tree(args, model, device, dtype)
-        eagle_tree = (args.eagle_topk or EAGLE_TOPK, args.eagle_depth or EAGLE_DEPTH, nodes)
+        eagle_tree = (EAGLE_TOPK if args.eagle_topk is None else args.eagle_topk,
+                      EAGLE_DEPTH if args.eagle_depth is None else args.eagle_depth, nodes)
     n_ctx = model.config.n_ctx if draft is None else min(model.config.n_ctx, draft.config.n_ctx)
+    defaults = dict(max_ngram=3, window=3, ngram=3, guesses=2)
+    free = {name: default if getattr(args, name) is None else getattr(args, name) for name, default in defaults.items()}
+    if args.method in ("lookup", "lookahead"):
+        problem = check_draft_free(args.method, k, n_ctx=n_ctx, **free)
+        if problem:
+            die(problem)
     encoded = [enc.encode_ordinary(p) for p in prompts]
     check_prompts(encoded, n_ctx)
     c = cost_ratio(model, draft) if k == "auto" else None
     decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
-                      k_max=args.k_max or 8, **({"eagle_tree": eagle_tree} if eagle_tree else {}))
+                      k_max=8 if args.k_max is None else args.k_max, **({"eagle_tree": eagle_tree} if eagle_tree else {}), **free)
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
     for prompt, ids in zip(prompts, encoded):

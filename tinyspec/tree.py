@@ -91,6 +91,14 @@ def chain(k: int) -> Tree:
     return Tree(tuple(range(-1, k - 1)))
 
 
+@functools.lru_cache(maxsize=1024)
+def tree_on(parents: tuple[int, ...], device: torch.device) -> Tree:
+    """The Tree of `parents`, its tensors on `device`, built once: a loop whose proposals take
+    a few recurring shapes (prompt lookup's chains, lookahead's tries) would otherwise run the
+    Python loops of building a Tree at every step."""
+    return Tree(parents).to(device)
+
+
 def check_parents(parents) -> None:
     if not parents:
         raise ValueError("a tree needs at least one node")

@@ -1,0 +1,209 @@
+"""Prompt lookup decoding against plain decoding: the n-gram index against a scan of the text,
+greedy output token for token, the cache afterwards, the sampled distribution (statistically,
+with a planted bug that must be caught), and the command lines."""
+import itertools
+import json
+import random
+
+import pytest
+import torch
+
+from tinyspec import bench, generate, verify
+from tinyspec.decoding import autoregressive, run
+from tinyspec.kvcache import KVCache
+from tinyspec.lookup import NgramIndex, lookup
+from tinyspec.sampling import Sampling
+
+from conftest import counting_sequences, random_gpt
+from test_speculative import cache_from_plain_decoding, chi_square, critical_value
+
+
+def scanned_proposal(text, max_ngram, k):
+    """The reference: scan the text backwards for the latest earlier occurrence of its suffix."""
+    for n in range(min(max_ngram, len(text)), 0, -1):
+        suffix = text[-n:]
+        for end in range(len(text) - 1, n - 1, -1):  # an occurrence ending at end - 1, with a token after it
+            if text[end - n:end] == suffix:
+                return [text[end + i % (len(text) - end)] for i in range(k)]
+    return []
+
+
+def test_index_example_and_incremental_updates_match_a_scan():
+    index = NgramIndex(2, [0, 1, 2, 0, 1])  # the docstring's example: a b c a b
+    assert index.last == {(0,): 4, (1,): 2, (2,): 3, (0, 1): 2, (1, 2): 3, (2, 0): 4}
+    assert index.propose(2) == [2, 0] and index.propose(5) == [2, 0, 1, 2, 0]  # wraps around: period 3
+    assert NgramIndex(3, [5, 6, 7]).propose(4) == []  # the last token never occurred before
+    rng = random.Random(0)
+    for _ in range(200):
+        max_ngram, k = rng.randint(1, 4), rng.randint(1, 8)
+        text = [rng.randrange(rng.choice([2, 4, 16])) for _ in range(rng.randint(1, 40))]
+        index = NgramIndex(max_ngram)
+        for i in range(len(text)):  # grown a token at a time, as decoding grows it
+            index.extend(text[i:i + 1])
+            assert index.propose(k) == scanned_proposal(text[:i + 1], max_ngram, k), (text[:i + 1], max_ngram, k)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return random_gpt(vocab_size=64, n_ctx=96, scale=3.0, seed=0)
+
+
+def prompts(seed):
+    """Random prompts (lookup rarely matches them until the output repeats itself) and
+    repetitive ones (it matches from the first step)."""
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    out = [[rng.randrange(64) for _ in range(rng.randint(1, 12))] for _ in range(3)]
+    out += [counting_sequences(1, rng.randint(8, 16), 8, g)[0].tolist() for _ in range(2)]  # x + s (mod 8): repeats
+    return out
+
+
+@pytest.mark.parametrize("k, max_ngram", [(1, 1), (2, 3), (4, 2), (8, 3), (16, 4)])
+def test_greedy_lookup_equals_plain_decoding(target, k, max_ngram):
+    accepted = rejected = proposed = 0
+    for prompt in prompts(k):
+        plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 50).token_ids
+        res = run(lookup(target, prompt, Sampling(0.0), None, 96, k, max_ngram), 50)
+        assert res.token_ids == plain, f"k={k}, max_ngram={max_ngram}, prompt {prompt}"
+        accepted, rejected, proposed = accepted + res.accepted, rejected + res.rejections, proposed + res.proposed
+    assert accepted > 20 and rejected > 0 and proposed > accepted  # both outcomes of the rule happened
+
+
+def test_greedy_lookup_runs_to_the_end_of_the_context(target):
+    prompt = [i % 8 for i in range(80)]
+    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 100)
+    res = run(lookup(target, prompt, Sampling(0.0), None, 96, 8), 100)
+    assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
+
+
+def check_cache_after(target, cache, prompt, steps, n_steps):
+    """After n_steps of `steps` (which decode `prompt` into `cache`), the cache holds what plain
+    decoding of the same tokens builds, and some step proposed something."""
+    out = list(itertools.islice(steps, n_steps))
+    seq = prompt + [t for step in out for t in step.tokens]
+    n = cache.length
+    assert n == len(seq) - 1 and sum(step.proposed for step in out) > 0  # the newest token is not fed yet
+    expected = cache_from_plain_decoding(target, seq[:n], cache.max_len)
+    torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
+def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rule):
+    cache, prompt = KVCache.for_model(target, 96), [3, 4, 5, 3, 4, 5, 3, 4]
+    steps = lookup(target, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 6, 3, rule, cache)
+    check_cache_after(target, cache, prompt, steps, 8)
+
+
+def test_lookup_refuses_rules_that_need_a_draft_distribution(target):
+    with pytest.raises(ValueError, match="cannot judge"):
+        next(lookup(target, [1, 2], Sampling(1.0), None, 32, rule="lossless"))
+
+
+# ---- sampling: exactness, statistically ------------------------------------------------------
+
+V = 8
+SAMPLING = Sampling(1.0, top_k=4)  # 4 tokens per step: 64 three-token continuations
+
+
+@torch.no_grad()
+def exact_distribution(target, prompt, sampling, n):
+    """P(x_1..x_n | prompt), all V^n cells, enumerated with plain forwards of the target."""
+    table = torch.zeros([V] * n)
+
+    def visit(prefix, prob):
+        if len(prefix) == n:
+            table[tuple(prefix)] = prob
+            return
+        p = sampling.probs(target(torch.tensor([prompt + prefix]))[0][0, -1])
+        for x in range(V):
+            if p[x] > 0:
+                visit(prefix + [x], prob * p[x])
+    visit([], 1.0)
+    return table.flatten()
+
+
+def sample_counts(steps_for_seed, n_samples, n=3):
+    """Counts of the first n tokens over seeds 0..n_samples-1, and how many runs proposed anything."""
+    counts, proposing = torch.zeros(V ** n), 0
+    for seed in range(n_samples):
+        res = run(steps_for_seed(seed), n)
+        counts[sum(t * V ** (n - 1 - i) for i, t in enumerate(res.token_ids))] += 1
+        proposing += res.proposed > 0
+    return counts, proposing
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab():
+    """A tiny-vocabulary target and a prompt it makes repetitive: every token 0..7 once, then the
+    target's own greedy continuation, so a looked-up proposal is often the likely token."""
+    model = random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=1)
+    head = list(range(V))
+    prompt = head + run(autoregressive(model, head, Sampling(0.0), None, 32), 8).token_ids
+    return model, prompt, exact_distribution(model, prompt, SAMPLING, 3)
+
+
+def lookup_counts(tiny_vocab, n_samples):
+    model, prompt, _ = tiny_vocab
+    counts, proposing = sample_counts(lambda seed: lookup(model, prompt, SAMPLING, torch.Generator().manual_seed(seed),
+                                                          32, 3, 2, "pointmass"), n_samples)
+    assert proposing == n_samples  # every token occurs in the prompt: every run verified a lookup
+    return counts
+
+
+def check_distribution(counts_of, exact, monkeypatch):
+    """6,000 samples must fit the exact distribution; with a planted bug in the point-mass walk
+    (verify.py), a rejected candidate left in p so that the correction can be the very token
+    just rejected, 3,000 must miss it by far."""
+    stat, dof = chi_square(counts_of(6000), exact)
+    assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
+    monkeypatch.setattr(verify, "residual", lambda p, q: p / p.sum(-1, keepdim=True))
+    stat, dof = chi_square(counts_of(3000), exact)
+    assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the planted bug went unnoticed"
+
+
+@pytest.mark.slow
+def test_sampled_lookup_has_the_target_distribution_and_a_planted_bug_is_caught(tiny_vocab, monkeypatch):
+    check_distribution(lambda n: lookup_counts(tiny_vocab, n), tiny_vocab[2], monkeypatch)
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("draftfree") / "target.safetensors"
+    random_gpt(vocab_size=8192, n_ctx=64, scale=4.0).save(path)
+    return path
+
+
+def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
+    """`generate --json` with --method `method` and each set of flags writes ar's tokens, and proposes."""
+    base = ["--prompt", prompt, "--max-new-tokens", "24", "--model", str(model_file), "--json"]
+    generate.main(base)
+    ar = json.loads(capsys.readouterr().out)
+    for flags in flag_sets:
+        generate.main(base + ["--method", method] + flags)
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == ar["token_ids"] and out["stats"]["proposed_tokens"] > 0 and "tau" in out["stats"]
+
+
+def test_cli_lookup_equals_ar(model_file, capsys):
+    flag_sets = [["--k", "3"], ["--k", "8", "--max-ngram", "1"]]
+    check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookup", flag_sets)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--k", "0"], "--k"), (["--k", "17"], "--k"), (["--k", "auto"], "integer"), (["--max-ngram", "0"], "--max-ngram"),
+    (["--accept", "lossless"], "pointmass"), (["--accept", "block"], "pointmass"), (["--cuda-graph"], "--cuda-graph")])
+def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(model_file), "--method", "lookup"] + argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_method_specs():
+    assert bench.parse_method("lookup:4") == ("lookup", "4")
+    assert bench.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
+    for bad in ("lookup", "lookup:0", "lookup:x", "lookahead:7,4", "lookahead:7,1,7", "lookahead:0,3,2"):
+        with pytest.raises(SystemExit):
+            bench.parse_method(bad)

@@ -1,0 +1,215 @@
+"""Lookahead decoding (Fu, Bailis, Stoica & Zhang, ICML 2024, arXiv:2402.02057): speculation
+without a draft model, from the target's own Jacobi iterations.
+
+Jacobi decoding guesses the next W tokens at once, feeds the guesses to the target, and takes
+its output at each guess as the new guess for the token after it; repeated, this converges to
+the greedy text, but slowly, because a guess is only right once everything before it is.
+Lookahead decoding keeps what the iterations *write* instead: read along one column of the last
+N - 1 iterations, each guess was made right after the one below it, so the column plus the
+target's newest output is an n-gram the target itself wrote, even if its context was wrong.
+Such n-grams go into a pool, and the pool's n-grams that start with the last accepted token (the
+root) are verified like any draft.
+
+One target forward per step carries two branches (the paper's Figure 2b; `lookahead_step`):
+
+- the lookahead branch: a window of N - 1 levels (the last N - 1 iterations) by W columns.
+  Level 0 holds the root and W - 1 guesses; the guess at level l, column c sits at position
+  L + l + c and sees level 0 up to column c, then its own column up to level l (`window_mask`):
+  a text of consecutive positions, whose last token it continues. The target's outputs at the
+  top level are the next iteration's guesses.
+- the verification branch: up to G n-grams from the pool that start with the root, merged into
+  a trie below it (`trie`), each node at position L + depth seeing only its ancestors
+  (`tree.py`). A rule from `verify.py` walks the trie: `greedy` at temperature 0, `pointmass`
+  above it. The candidates are deterministic given the text so far, and the point-mass rule is
+  exact for any such candidates, so the output is the target's, greedy or sampled.
+
+Both branches see the cached prefix, neither sees the other, and the root is the ancestor of all
+(one mask, `model.prefix_mask` around the two blocks). The cache then keeps the root and the
+accepted path (`decoding.accept_tree`); the window's entries are dropped, and the window moves
+on by one iteration (`slide`).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import Callable, Iterator
+
+import torch
+
+from .decoding import TARGET, Step, accept_tree
+from .kvcache import KVCache
+from .model import GPT, prefix_mask
+from .sampling import Sampling, sample
+from .tree import Tree, tree_on
+from .verify import RULES, SAMPLED
+
+
+class NgramPool:
+    """n-grams the lookahead branch produced, by first token: for each token a, the last
+    `size` distinct continuations (tuples of N - 1 tokens) of n-grams that start with a."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.table: dict[int, dict[tuple[int, ...], None]] = {}  # a dict keeps insertion order: oldest first
+
+    def add(self, ngram) -> None:
+        recent = self.table.setdefault(int(ngram[0]), {})
+        rest = tuple(ngram[1:])
+        recent.pop(rest, None)  # seen again: now the most recent
+        recent[rest] = None
+        if len(recent) > self.size:
+            del recent[next(iter(recent))]
+
+    def guesses(self, token: int) -> list[tuple[int, ...]]:
+        """The continuations of `token`, most recent first."""
+        return list(reversed(self.table.get(token, {})))
+
+
+def trie(continuations) -> tuple[list[int], tuple[int, ...]]:
+    """Merge token sequences into one tree below the root: shared prefixes become one path, so
+    siblings carry distinct tokens and no node is verified twice. Returns (the nodes' tokens,
+    their parents), in topological order.
+
+    Example: (a, b, c), (a, b, d), (e, f, g) -> tokens [a, b, c, d, e, f, g],
+    parents (-1, 0, 1, 1, -1, 4, 5):   root ─ a ─ b ─ c
+                                            │       └ d
+                                            └ e ─ f ─ g"""
+    tokens, parents, node = [], [], {}
+    for sequence in continuations:
+        parent = -1
+        for t in sequence:
+            if (parent, t) not in node:
+                node[parent, t] = len(tokens)
+                tokens.append(t)
+                parents.append(parent)
+            parent = node[parent, t]
+    return tokens, tuple(parents)
+
+
+@functools.lru_cache(maxsize=64)
+def window_mask(levels: int, W: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lookahead branch's (levels * W, levels * W) attention mask and (levels * W,) position
+    offsets, for the window flattened level by level (index l * W + c; index 0 is the root).
+
+    Guess (l, c) sits at offset l + c and sees (0, c') for c' <= c, and (l', c) for l' <= l.
+    For levels = 2, W = 3 (rows attend to columns):
+
+              (0,0) (0,1) (0,2) (1,0) (1,1) (1,2)    offset
+        (0,0)   1     .     .     .     .     .        0      the root
+        (0,1)   1     1     .     .     .     .        1
+        (0,2)   1     1     1     .     .     .        2
+        (1,0)   1     .     .     1     .     .        1
+        (1,1)   1     1     .     .     1     .        2
+        (1,2)   1     1     1     .     .     1        3"""
+    level = torch.arange(levels, device=device).repeat_interleave(W)  # (levels * W,)
+    column = torch.arange(W, device=device).repeat(levels)
+    first_level_before = (level[None, :] == 0) & (column[None, :] <= column[:, None])
+    own_column_below = (column[None, :] == column[:, None]) & (level[None, :] <= level[:, None])
+    return first_level_before | own_column_below, level + column
+
+
+def step_mask(levels: int, W: int, tree: Tree | None, device=None):
+    """The attention among the n = levels * W + T tokens of one step: the window (index l * W + c),
+    then the trie's T nodes. Returns the (n, n) mask, the (n,) position offsets (added to L),
+    and the (T+1,) indices of the root and the trie's nodes (None when there is no trie).
+
+    The two branches see nothing of each other; the root (index 0) is in both: a trie node sees
+    the root and its own ancestors (`Tree.tree_mask`) at offsets 0 and its depth."""
+    mask, offsets = window_mask(levels, W, device)
+    if tree is None:
+        return mask, offsets, None
+    window, T = levels * W, len(tree)
+    new_mask = torch.zeros(window + T, window + T, dtype=torch.bool, device=device)  # (n, n)
+    new_mask[:window, :window] = mask
+    rows = torch.tensor([0, *range(window, window + T)], device=device)  # (T+1,): the root, then the nodes
+    new_mask[rows[:, None], rows] = tree.tree_mask
+    return new_mask, torch.cat([offsets, tree.depth[1:]]), rows
+
+
+def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: list[int], tree: Tree | None, accept,
+                   sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
+    """One lookahead step: ONE target forward over the root, the window and the trie. Returns
+    (the Step, the next root, the top level's outputs: the next iteration's guesses (W,)).
+
+    grid: levels x W tokens, grid[0][0] the root (not yet in the cache); nodes, tree: the trie
+    below the root (tree None: no n-gram starts with the root, the step verifies nothing)."""
+    device = target.lm_head.weight.device
+    L, levels, W = cache.length, len(grid), len(grid[0])
+    window = levels * W
+    x = torch.tensor([t for row in grid for t in row] + nodes, device=device)  # (window + T,)
+    new_mask, offsets, rows = step_mask(levels, W, tree, device)
+    h = target.hidden(x[None], positions=L + offsets, cache=cache, attn_mask=prefix_mask(new_mask, L))[0]  # (n, C)
+    top = target.lm_head(h[window - W:window]).argmax(-1).tolist()  # each top guess's successor
+    if tree is None:  # nothing to verify: the root's own step
+        root = sample(sampling.probs(target.lm_head(h[0])), generator)
+        cache.truncate(L + 1)  # keep the root, drop the window
+        return Step([int(root)], [TARGET]), root, top
+    # verify the trie: logits only for the rows of the root and the nodes (the window's are never needed)
+    logits = target.lm_head(h[rows])  # (T+1, V)
+    out, root, _ = accept_tree(cache, L, x[rows], logits, tree, accept, sampling, None, generator, rows)
+    return out, root, top
+
+
+def slide(grid: list[list[int]], top: list[int], root: int, ngram: int, fill: Callable[[], int]) -> list[list[int]]:
+    """The window for the next step: one Jacobi iteration on, with `root` at (0, 0).
+
+    While fewer than N - 1 levels exist, the top level's outputs become a new level; output
+    (l, c) guesses the token after (l, c), so every level moves one column left and the right
+    end gets a `fill()`. Once the window is full, level 0 (the oldest iteration) is forgotten,
+    every level moves down one and the outputs become the top level. Either way, after a step
+    that produced one token (the root moved one position on), every guess still sits at the
+    position it was made for (L + level + column).
+
+    When a step produces more (a accepted + 1), the window still moves one iteration, not
+    a + 1 columns (as the authors' code does): the guesses then sit a positions behind the text,
+    but the pool keeps n-grams by their tokens, not their positions, and the guesses keep
+    maturing instead of restarting from filler (on the shipped model this gives a higher tau:
+    walkthrough exercise)."""
+    if len(grid) < ngram - 1:
+        rows = [row[1:] + [fill()] for row in grid + [top]]
+    else:
+        rows = [list(row) for row in grid[1:] + [top]]
+    rows[0][0] = root
+    return rows
+
+
+@torch.no_grad()
+def lookahead(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
+              window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy", cache: KVCache | None = None,
+              pool: NgramPool | None = None) -> Iterator[Step]:
+    """Lookahead decoding; yields one `Step` per target forward pass.
+
+    window W, ngram N, guesses G as in the paper: a step feeds W (N - 1) window tokens and a
+    trie of at most G (N - 1) nodes. rule: a name from `verify.RULES` that needs no draft
+    distribution (greedy at temperature 0, pointmass for exact sampling). cache: reused if given
+    (emptied first). pool: an `NgramPool` to start from (default: an empty one); it is updated."""
+    if rule not in RULES or rule in SAMPLED:
+        raise ValueError(f"rule {rule!r} cannot judge n-gram guesses: use greedy, pointmass or typical")
+    accept, device, n_ctx = RULES[rule], target.lm_head.weight.device, target.config.n_ctx
+    cache = cache if cache is not None else KVCache.for_model(target, max_len)
+    cache.truncate(0)
+    pool = pool if pool is not None else NgramPool(guesses)
+    rng = random.Random(0)
+    fill = lambda: rng.choice(prompt)  # a new column's first guess: any prompt token (the iterations fix it)
+    logits = target(torch.tensor([prompt], device=device), cache=cache)[0][0, -1]  # prefill
+    root = sample(sampling.probs(logits), generator)  # the first new token: plain decoding
+    yield Step([int(root)], [TARGET])
+    grid = [[int(root)] + [fill() for _ in range(window - 1)]]
+    while cache.length < max_len:
+        L = cache.length
+        nodes, parents = trie(pool.guesses(int(root))[:guesses])
+        deepest = max(len(grid) + window - 2, ngram - 1 if nodes else 0)  # the largest position offset
+        if L + len(grid) * window + len(nodes) > max_len or L + deepest >= n_ctx:  # no room: a plain step
+            logits = target(root.view(1, 1), cache=cache)[0][0, -1]
+            root = sample(sampling.probs(logits), generator)
+            grid[0][0] = int(root)  # the window stays where it was, but its root is always the newest token
+            yield Step([int(root)], [TARGET])
+            continue
+        tree = tree_on(parents, device) if nodes else None
+        out, root, top = lookahead_step(target, cache, grid, nodes, tree, accept, sampling, generator)
+        if len(grid) == ngram - 1:  # a full window: each column, topped by its output, is an n-gram
+            for c in range(window):
+                pool.add([row[c] for row in grid] + [top[c]])
+        grid = slide(grid, top, int(root), ngram, fill)
+        yield out
