@@ -64,15 +64,16 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def set_threads(n: int | None, device: torch.device) -> int:
-    """--threads: how many CPU threads torch uses. The default is 1 on a CPU: a forward of these
-    small models is a few small matmuls, which a second thread barely speeds up when the machine
-    is idle, and slows down several times over when anything else wants a core (the threads
-    then wait for each other). Returns the count in use."""
+def set_threads(n: int | None, device: torch.device, default: int | None = 1) -> int:
+    """--threads: how many CPU threads torch uses. Decoding's default is 1 on a CPU: a forward of
+    these small models is a few small matmuls, which a second thread barely speeds up when the
+    machine is idle, and slows down several times over when anything else wants a core (the
+    threads then wait for each other). Training passes default=None: torch's own (every core),
+    since a training step's matmuls are large enough to share. Returns the count in use."""
     if n is not None and n < 1:
         die(f"--threads must be at least 1, got {n}")
-    if n is not None or device.type == "cpu":
-        torch.set_num_threads(n or 1)
+    if n is not None or (device.type == "cpu" and default is not None):
+        torch.set_num_threads(n or default)
     return torch.get_num_threads()
 
 

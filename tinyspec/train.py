@@ -143,7 +143,7 @@ class Budget:
 def train_gpt(args) -> None:
     budget = Budget(args.max_minutes, args.eval_batches)
     device = pick_device(args.device)
-    set_threads(args.threads, device)
+    set_threads(args.threads, device, default=None)
     enc = load_tokenizer(args.tokenizer)
     out = check_output(args.out or Path(args.run_dir or f"runs/{args.preset}") / "final.safetensors", args.force)
     overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
@@ -293,7 +293,7 @@ def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, 
 def frozen_target(args):
     """(device, tokenizer, the target in float32) for training something on the target's own text."""
     device = pick_device(args.device)
-    set_threads(args.threads, device)
+    set_threads(args.threads, device, default=None)
     check_output(args.out, args.force)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too (always on for CUDA)")
     g.add_argument("--compile", action="store_true", help="torch.compile the training step")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    g.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
     g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the data sampler")
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
                        formatter_class=HelpFormatter)
@@ -517,7 +517,7 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
     p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
     p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler")
 
 
