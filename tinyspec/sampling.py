@@ -65,6 +65,8 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     p == q, where rejection has probability 0 and only rounding gets here: then p itself."""
     r = (p - q).clamp(min=0)
     mass = r.sum(-1, keepdim=True)
+    if bool((mass > 0).all()):  # the usual case, with one host read, as every caller samples next anyway
+        return r / mass
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p / p.sum(-1, keepdim=True))
 
 def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -77,7 +79,8 @@ def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.T
     loop that samples once per decoded token. float64 keeps tiny probabilities' share."""
     cdf = p.reshape(-1, p.shape[-1]).double().cumsum(-1)  # (rows, V)
     total = cdf[:, -1:]
-    if not bool(((total > 0) & torch.isfinite(total)).all()):  # NaN or no mass: there is nothing to sample
+    ok = total.item() > 0 if total.numel() == 1 else bool((total > 0).all())  # (one row: the cheap check)
+    if not ok:  # NaN (which compares False) or no mass: there is nothing to sample
         raise ValueError("cannot sample from a distribution that is NaN or all zero (did the logits overflow?)")
     u = 1 - torch.rand(cdf.shape[0], 1, device=p.device, generator=generator, dtype=torch.float64)
     return torch.searchsorted(cdf, u * total).reshape(p.shape[:-1])
