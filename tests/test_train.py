@@ -124,3 +124,13 @@ def test_a_trained_model_names_its_tokenizer(tmp_path):
     tiny_run(tmp_path, tmp_path / "r", 2)
     enc = load_tokenizer(WEIGHTS / "tokenizer.tiktoken")
     assert GPT.from_hf(tmp_path / "r" / "out.safetensors").tokenizer_fingerprint == enc.fingerprint
+
+
+def test_keep_best_saves_the_weights_of_the_best_validation(tmp_path):
+    state = tiny_run(tmp_path, tmp_path / "kb", 20, ["--keep-best"])
+    best = min(state["history"], key=lambda h: h["val_loss"])
+    card = (tmp_path / "kb" / "out.md").read_text()
+    assert f"kept: the weights of step {best['step']}" in card
+    out, kept = (GPT.from_hf(tmp_path / "kb" / name) for name in ("out.safetensors", "best.safetensors"))
+    for a, b in zip(out.state_dict().values(), kept.state_dict().values()):
+        torch.testing.assert_close(a.float(), b.float(), atol=1e-2, rtol=1e-2)  # out is stored in bfloat16

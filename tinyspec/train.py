@@ -192,6 +192,9 @@ def train_gpt(args) -> None:
         val = evaluate(model, val_tokens, args, device, autocast)
         budget.eval_s = time.time() - t0
         bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+        if args.keep_best and val <= min((h["val_loss"] for h in history), default=float("inf")):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            model.save(run_dir / "best.safetensors")  # many epochs over a small corpus overfit: keep the best
         checkpoint(val)
 
     t_start = time.time()
@@ -231,6 +234,8 @@ def train_gpt(args) -> None:
         bar.write(f"--max-minutes {args.max_minutes}: stopped at step {step}, before a step and validation would "
                   f"pass it (a step takes {budget.step_s:.1f}s here); --resume continues")
     bar.close()
+    if args.keep_best:
+        model.load_state_dict(GPT.from_hf(run_dir / "best.safetensors", device=device).state_dict())
     model.save(out, dtype=torch.bfloat16 if args.save_dtype == "bfloat16" else None)
     write_card(out.with_suffix(".md"), args, config, model, meta, history, device,
                seconds_before + time.time() - t_start)
@@ -247,6 +252,9 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
     """The model card: what this checkpoint is and how to make it again (figures from this run)."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s))"
     last = history[-1] if history else {"tokens_seen": 0, "val_loss": float("nan"), "step": 0}
+    best = min(history, key=lambda h: h["val_loss"]) if history else last
+    kept = f"- kept: the weights of step {best['step']}, the best validation loss ({best['val_loss']:.3f}; --keep-best)\n" \
+        if args.keep_best else ""
     flags = " ".join(a for a in sys.argv[1:] if a != "--resume")
     curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} |" for h in history)
     atomic_write_text(path, f"""# {path.stem}
@@ -260,7 +268,7 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
 - trained on: {where}, {seconds / 60:.0f} minutes (resumed runs summed), bf16 autocast: {args.bf16 or device.type == 'cuda'}
 - steps: {last['step']} of batch {args.batch_size} x {args.block_size} tokens; tokens seen: {last['tokens_seen'] / 1e6:.1f}M
 - final validation loss: {last['val_loss']:.3f} nats/token
-- stored as: {args.save_dtype}, Hugging Face GPT-2 tensor names (`GPT.from_hf`, `model.to_hf`)
+{kept}- stored as: {args.save_dtype}, Hugging Face GPT-2 tensor names (`GPT.from_hf`, `model.to_hf`)
 
 Reproduce: `python -m tinyspec.train {flags}`
 
@@ -471,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
     g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
+    g.add_argument("--keep-best", action="store_true", help="save the weights of the validation with the lowest "
+                   "loss, not the last ones (for many epochs over the corpus)")
     g.add_argument("--max-minutes", type=float, help="stop (validate, checkpoint, save) within this many minutes "
                    "of starting; --resume continues")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too (always on for CUDA)")

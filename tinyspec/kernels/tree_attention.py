@@ -43,6 +43,7 @@ bfloat16.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -131,7 +132,9 @@ def _online_softmax_step(acc, m_i, l_i,  # running state: (BLOCK_T, D), (BLOCK_T
 # (BLOCK_T, BLOCK_T) bool tile. The running max starts at -1e30 rather than -inf so that a row
 # with nothing allowed (a padding row) never computes -inf - (-inf) = NaN.
 
-@triton.jit
+# Runtime sizes are not specialised: Triton would otherwise compile a new kernel whenever L crosses
+# a multiple of 16 or the split count changes, i.e. inside a timed decoding loop.
+@triton.jit(do_not_specialize=["H", "T", "L", "chunk_len", "num_prefix_splits"])
 def _tree_attention_partial_kernel(
     q_ptr,  # (B, H, T, D) queries of the tree tokens
     k_ptr, v_ptr,  # (B, H, L + T, D) keys and values: the prefix, then the tree tokens
@@ -212,7 +215,7 @@ def _tree_attention_partial_kernel(
 # o = sum_s exp(lse_s - lse) * o_s without a second pass over the parts. It has no dot, so its
 # tile sizes are free.
 
-@triton.jit
+@triton.jit(do_not_specialize=["H", "T", "num_parts"])
 def _merge_parts_kernel(
     o_part_ptr,  # (B * H, P, T, D) fp32, contiguous: normalised partial outputs
     lse_part_ptr,  # (B * H, P, T) fp32, contiguous: their log2-sum-exp2s
@@ -328,17 +331,20 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     o_part = torch.empty(B * H, num_parts, T, D, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(B * H, num_parts, T, device=q.device, dtype=torch.float32)
     block_t = max(16, triton.next_power_of_2(T))
-    _tree_attention_partial_kernel[(B * H, num_parts)](
-        q, k, v, packed_mask, o_part, lse_part,
-        *q.stride(), *k.stride(), *v.stride(), *packed_mask.stride(),
-        H, T, L, chunk_len, num_splits, scale * LOG2E,
-        D=D, BLOCK_T=block_t, BLOCK_N=BLOCK_N,
-        num_warps=4 if block_t * D <= 64 * 64 else 8,  # untuned: more warps for big tiles
-    )
     out = torch.empty(B, H, T, D, device=q.device, dtype=q.dtype)
-    _merge_parts_kernel[(B * H, triton.cdiv(T, COMBINE_ROWS))](
-        o_part, lse_part, out, *out.stride(), H, T, num_parts, D=D, ROWS=COMBINE_ROWS,
-    )
+    with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():  # cuda:1 is not the default
+        _tree_attention_partial_kernel[(B * H, num_parts)](
+            q, k, v, packed_mask, o_part, lse_part,
+            *q.stride(), *k.stride(), *v.stride(), *packed_mask.stride(),
+            H, T, L, chunk_len, num_splits, scale * LOG2E,
+            D=D, BLOCK_T=block_t, BLOCK_N=BLOCK_N,
+            num_warps=4 if block_t * D <= 64 * 64 else 8,  # untuned: more warps for big tiles
+            # fp32 tiles are twice as large: three pipelined K/V stages can exceed shared memory
+            num_stages=2 if q.dtype == torch.float32 else 3,
+        )
+        _merge_parts_kernel[(B * H, triton.cdiv(T, COMBINE_ROWS))](
+            o_part, lse_part, out, *out.stride(), H, T, num_parts, D=D, ROWS=COMBINE_ROWS,
+        )
     return out
 
 
