@@ -46,6 +46,8 @@ def parser_and_args(argv):
     module, args = argv[2], argv[3:]
     if module == "tinyspec.bench" and args[:1] == ["kernels"]:
         module, args = "tinyspec.kernels.bench", args[1:]
+    if module == "tinyspec.bench" and args[:1] == ["report"]:
+        module, args = "tinyspec.report", args[1:]
     if module == "tinyspec":  # the overview: no flags
         module = "tinyspec.__main__"
     return importlib.import_module(module), args
