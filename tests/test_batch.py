@@ -1,0 +1,223 @@
+"""Batch > 1 against batch 1: every row of a batch must be what it would be alone. Greedy rows
+equal plain decoding token for token (B = 1..8, prompts of mixed lengths, every method); sampled
+rows equal their batch-1 run with the same generator, and have the target's distribution
+(statistically, per row, with planted bugs that must be caught); each row's cache equals the one
+plain decoding builds."""
+import random
+
+import pytest
+import torch
+
+from tinyspec import batch
+from tinyspec.batch import run_batch
+from tinyspec.decoding import autoregressive, run
+from tinyspec.eagle import eagle
+from tinyspec.kvcache import BatchKVCache, KVCache
+from tinyspec.lookahead import lookahead
+from tinyspec.lookup import lookup
+from tinyspec.medusa import medusa
+from tinyspec.model import causal_mask, prefix_mask
+from tinyspec.sampling import Sampling
+from tinyspec.speculative import speculative
+from tinyspec.tree import Tree
+
+from conftest import counting_sequences, random_gpt, random_heads, random_tree
+from test_eagle import random_head
+from test_speculative import chi_square, critical_value, perturbed
+from test_verify import mutant
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+# ---- the cache and the forward ----------------------------------------------------------------
+
+def test_mask_is_the_docstring_example():
+    cache = BatchKVCache(1, 1, 1, 8, 2)
+    cache.lengths = [3, 5]
+    mask = cache.mask(causal_mask(2))
+    assert mask.shape == (2, 2, 7)
+    assert mask[0].int().tolist() == [[1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0]]
+    assert mask[1].int().tolist() == [[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1]]
+
+
+def test_rows_of_different_lengths_equal_their_own_single_caches():
+    """Three sequences fed in one batch, in chunks of different sizes per row (a tree in one row),
+    then truncated and compacted per row: each row's hidden states and cache equal those of the
+    same tokens fed alone into a KVCache."""
+    model = random_gpt(scale=3.0)
+    rng = random.Random(0)
+    texts = [[rng.randrange(64) for _ in range(n)] for n in (5, 11, 2)]
+    cache = BatchKVCache.for_model(model, 64, 3)
+    with torch.no_grad():
+        h = batch.feed(model, cache, [torch.tensor(t) for t in texts])
+        for b, t in enumerate(texts):
+            torch.testing.assert_close(h[b], model.hidden(torch.tensor([t]))[0], **TOL)
+        # row 0: 3 more tokens, of which 1 is kept; row 1: a tree [a, b (child of a), c (child of root)], path a, b
+        # kept; row 2: one token
+        tree = Tree((-1, 0, -1))
+        feeds = [torch.tensor([40, 41, 42]), torch.tensor([7, 50, 51, 52]), torch.tensor([60])]
+        batch.feed(model, cache, feeds, [None, tree.tree_mask, None], [None, tree.depth, None])
+        cache.truncate(0, 6)
+        cache.keep(1, [11, 12, 13])
+    expected = [texts[0] + [40], texts[1] + [7, 50, 51], texts[2] + [60]]
+    assert cache.lengths == [len(t) for t in expected]
+    for b, t in enumerate(expected):
+        alone = KVCache.for_model(model, 64)
+        with torch.no_grad():
+            model(torch.tensor([t]), cache=alone)
+        n = len(t)
+        torch.testing.assert_close(cache.k[:, b, :, :n], alone.k[:, 0, :, :n], **TOL)
+        torch.testing.assert_close(cache.v[:, b, :, :n], alone.v[:, 0, :, :n], **TOL)
+    cache.select([0, 2])  # row 1 leaves; row 2 moves down to row 1
+    assert cache.lengths == [6, 3]
+    with torch.no_grad():
+        alone = KVCache.for_model(model, 64)
+        model(torch.tensor([expected[2]]), cache=alone)
+    torch.testing.assert_close(cache.k[:, 1, :, :3], alone.k[:, 0, :, :3], **TOL)
+
+
+def test_a_per_row_mask_is_the_same_forward_as_a_shared_one():
+    """GPT.hidden with a (B, T, keys) mask whose rows are all prefix_mask(...) equals the (T, keys) one."""
+    model = random_gpt(scale=3.0)
+    x = torch.randint(0, 64, (2, 4))
+    with torch.no_grad():
+        c1, c2 = KVCache.for_model(model, 16, batch=2), KVCache.for_model(model, 16, batch=2)
+        model(torch.randint(0, 64, (2, 5)), cache=c1)
+        c2.k.copy_(c1.k), c2.v.copy_(c1.v)
+        c2.length = c1.length
+        shared = model.hidden(x, cache=c1, attn_mask=prefix_mask(causal_mask(4), 5))
+        per_row = model.hidden(x, cache=c2, attn_mask=prefix_mask(causal_mask(4), 5).expand(2, 4, 9))
+    torch.testing.assert_close(shared, per_row)
+
+
+def test_cache_refuses_bad_rows_and_slots():
+    cache = BatchKVCache(1, 1, 2, 16, 3)
+    cache.advance(5)
+    for bad in (lambda: cache.keep(0, [3, 2]), lambda: cache.keep(1, [5]), lambda: cache.truncate(2, 6),
+                lambda: cache.select([2, 0]), lambda: cache.select([0, 3]), lambda: cache.reset(4)):
+        with pytest.raises(ValueError):
+            bad()
+    with torch.no_grad(), pytest.raises(ValueError, match="full"):
+        random_gpt()(torch.zeros(1, 17, dtype=torch.long), cache=BatchKVCache.for_model(random_gpt(), 16, 1),
+                     positions=torch.arange(17)[None], attn_mask=causal_mask(17)[None])
+
+
+# ---- every method, every row: its batch-1 output ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def models(counting_gpt):
+    """The trained counting model (proposals often accepted) with a draft, Medusa heads and an EAGLE
+    head that are right often enough to accept long paths and wrong often enough to reject."""
+    draft = perturbed(counting_gpt, 0.5, 1)
+    return dict(target=counting_gpt, draft=draft, heads=random_heads(32, 3, seed=1), eagle=random_head(counting_gpt, 1, 3.0),
+                tree=random_tree(10, 3, seed=0))
+
+
+def methods(m, temperature: float):
+    """name -> (batch-1 loop, batched loop), functions of (prompt(s), sampling, generator(s)); the
+    batched one also takes the target's BatchKVCache (default: its own)."""
+    tree_rule = "greedy" if temperature == 0 else "lossless"
+    fixed_rule = "greedy" if temperature == 0 else "pointmass"
+    t = m["target"]
+    return {
+        "ar": (lambda p, s, g: autoregressive(t, p, s, g, 64),
+               lambda ps, s, gs, c=None: batch.autoregressive_batch(t, ps, s, gs, 64, c)),
+        "draft": (lambda p, s, g: speculative(t, m["draft"], p, s, g, 64, 3),
+                  lambda ps, s, gs, c=None: batch.speculative_batch(t, m["draft"], ps, s, gs, 64, 3, c and (c, None))),
+        "medusa": (lambda p, s, g: medusa(t, m["heads"], p, s, g, 64, m["tree"], tree_rule),
+                   lambda ps, s, gs, c=None: batch.medusa_batch(t, m["heads"], ps, s, gs, 64, m["tree"], tree_rule, c)),
+        "lookup": (lambda p, s, g: lookup(t, p, s, g, 64, 4, 3, fixed_rule),
+                   lambda ps, s, gs, c=None: batch.lookup_batch(t, ps, s, gs, 64, 4, 3, fixed_rule, c)),
+        "eagle": (lambda p, s, g: eagle(t, m["eagle"], p, s, g, 64, tree_rule, 2, 3, 6),
+                  lambda ps, s, gs, c=None: batch.eagle_batch(t, m["eagle"], ps, s, gs, 64, tree_rule, 2, 3, 6, cache=c)),
+        "lookahead": (lambda p, s, g: lookahead(t, p, s, g, 64, 3, 3, 2, fixed_rule),
+                      lambda ps, s, gs, c=None: batch.lookahead_batch(t, ps, s, gs, 64, 3, 3, 2, fixed_rule, c)),
+    }
+
+
+METHODS = ["ar", "draft", "medusa", "lookup", "eagle", "lookahead"]
+
+
+def mixed_prompts(n, seed):
+    """Counting prompts and random ones, of lengths 1 to 40: the longest reach the end of the
+    context (64) within 40 new tokens, so those rows stop early and the others go on."""
+    rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        length = rng.choice([1, 3, 7, 12, 40])
+        out.append(counting_sequences(1, length, 32, g)[0].tolist() if i % 2 else [rng.randrange(32) for _ in range(length)])
+    return out
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
+    batched = methods(models, 0.0)[name][1]
+    accepted = 0
+    for B in range(1, 9):
+        prompts = mixed_prompts(B, seed=B)
+        plain = [run(autoregressive(models["target"], p, Sampling(0.0), None, 64), 40) for p in prompts]
+        rows = run_batch(batched(prompts, Sampling(0.0), [None] * B), B, 40)
+        for b, (row, alone) in enumerate(zip(rows, plain)):
+            assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
+            assert row.stop_reason == alone.stop_reason
+        accepted += sum(r.accepted for r in rows)
+    assert name == "ar" or accepted > 50  # the proposals were accepted often: rows advanced unevenly
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_sampled_rows_equal_their_batch_one_run_with_the_same_generator(models, name):
+    """Each row draws from its own generator in the order it would alone, so a batch of 6 rows
+    writes, row by row, what 6 batch-1 runs with the same seeds write (float32; only a rounding
+    difference in a forward could move a sample across a boundary, and none does here). Away
+    from the end of the context: there the draft's k is the least any row has room for."""
+    one, batched = methods(models, 1.0)[name]
+    prompts, s = [p[:12] for p in mixed_prompts(6, seed=10)], Sampling(1.0)
+    alone = [run(one(p, s, torch.Generator().manual_seed(i)), 30).token_ids for i, p in enumerate(prompts)]
+    rows = run_batch(batched(prompts, s, [torch.Generator().manual_seed(i) for i in range(6)]), 6, 30)
+    assert [r.token_ids for r in rows] == alone
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
+    """After 8 steps, row b of the cache holds exactly what plain decoding of row b's text builds."""
+    t = models["target"]
+    prompts = mixed_prompts(5, seed=20)
+    cache = BatchKVCache.for_model(t, 64 + 32, 5)
+    loop = methods(models, temperature)[name][1]
+    steps = loop(prompts, Sampling(temperature), [torch.Generator().manual_seed(i) for i in range(5)], cache)
+    texts = [list(p) for p in prompts]
+    produced = next(steps)
+    for i in range(9):
+        for row, step in produced.items():
+            texts[row] += step.tokens
+        if i < 8:
+            produced = steps.send([])
+    assert len(produced) >= 3  # most rows are still in the batch, the cache holding only theirs
+    for b, row in enumerate(sorted(produced)):
+        n = cache.lengths[b]
+        assert n == len(texts[row]) - 1  # everything but the newest token, not fed yet
+        alone = KVCache.for_model(t, 64)
+        with torch.no_grad():
+            for token in texts[row][:n]:
+                t(torch.tensor([[token]]), cache=alone)
+        torch.testing.assert_close(cache.k[:, b, :, :n], alone.k[:, 0, :, :n], **TOL)
+        torch.testing.assert_close(cache.v[:, b, :, :n], alone.v[:, 0, :, :n], **TOL)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
+    """Stopping at an end-of-text token ends rows at different steps; each row's tokens are still
+    its plain-decoding tokens up to its stop, and once the driver says a row is done, the next
+    forward computes for the others alone (the cache has fewer rows)."""
+    t, prompts = models["target"], mixed_prompts(6, seed=30)
+    plain = [run(autoregressive(t, p, Sampling(0.0), None, 64), 30, stop_id=5) for p in prompts]
+    rows = run_batch(methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=5)
+    assert [r.token_ids for r in rows] == [r.token_ids for r in plain]
+    assert [r.stop_reason for r in rows] == [r.stop_reason for r in plain]
+    assert {r.stop_reason for r in rows} >= {"eot", "length"}
+    cache = BatchKVCache.for_model(t, 64 + 32, 6)
+    steps = methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6, cache)
+    assert sorted(next(steps)) == list(range(6))
+    produced = steps.send([1, 4])
+    assert sorted(produced) == [0, 2, 3, 5] and cache.rows == 4
