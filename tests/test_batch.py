@@ -13,7 +13,7 @@ from tinyspec.batch import run_batch
 from tinyspec.decoding import autoregressive, run
 from tinyspec.eagle import eagle
 from tinyspec.kvcache import BatchKVCache, KVCache
-from tinyspec.lookahead import lookahead
+from tinyspec.lookahead import NgramPool, lookahead
 from tinyspec.lookup import lookup
 from tinyspec.medusa import medusa
 from tinyspec.model import causal_mask, prefix_mask
@@ -221,3 +221,114 @@ def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
     assert sorted(next(steps)) == list(range(6))
     produced = steps.send([1, 4])
     assert sorted(produced) == [0, 2, 3, 5] and cache.rows == 4
+
+
+# ---- sampling: every row has the target's distribution ---------------------------------------
+
+V = 8
+SAMPLING = Sampling(1.0, top_k=4)  # 4 tokens per step: 64 three-token continuations
+PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # rows alternate;
+ROWS = 32  # every token occurs in both, so prompt lookup always proposes
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab():
+    from test_lookup import exact_distribution
+    target = random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=1)
+    return dict(target=target, exact=[exact_distribution(target, p, SAMPLING, 3) for p in PROMPTS],
+                draft=random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=2),  # a poor draft
+                heads=random_heads(16, 2, seed=2, scale=1.0), eagle=random_head(target, 2, 2.0), pools=seeded_pools(target))
+
+
+def row_counts(steps_for, n_samples: int, n: int = 3):
+    """Counts of each prompt's first n tokens over n_samples rows of it, ROWS rows a batch (prompts
+    alternating), each row with its own seed; and the rows whose run proposed anything."""
+    counts, proposing = [torch.zeros(V ** n) for _ in PROMPTS], 0
+    for first in range(0, len(PROMPTS) * n_samples, ROWS):  # (n_samples a multiple of ROWS / len(PROMPTS))
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
+        rows = run_batch(steps_for(prompts, [torch.Generator().manual_seed(first + i) for i in range(ROWS)]), ROWS, n)
+        for i, r in enumerate(rows):
+            counts[i % len(PROMPTS)][sum(t * V ** (n - 1 - j) for j, t in enumerate(r.token_ids))] += 1
+            proposing += r.proposed > 0
+    return counts, proposing
+
+
+def assert_rows_have_the_target_distribution(tiny, steps_for, n_samples=6000):
+    counts, proposing = row_counts(steps_for, n_samples)
+    for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
+        stat, dof = chi_square(c, exact)
+        assert stat < critical_value(dof), f"prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
+    return proposing
+
+
+def assert_caught(tiny, steps_for, n_samples=3000):
+    counts, _ = row_counts(steps_for, n_samples)
+    stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
+    assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{stats}: the planted bug went unnoticed"
+
+
+def tiny_loop(tiny, name):
+    t, s = tiny["target"], SAMPLING
+    return {
+        "ar": lambda ps, gs: batch.autoregressive_batch(t, ps, s, gs, 32),
+        "draft": lambda ps, gs: batch.speculative_batch(t, tiny["draft"], ps, s, gs, 32, 2),
+        "medusa": lambda ps, gs: batch.medusa_batch(t, tiny["heads"], ps, s, gs, 32, Tree((-1, -1, 0, 1)), "lossless"),
+        "medusa-pointmass": lambda ps, gs: batch.medusa_batch(t, tiny["heads"], ps, s, gs, 32,
+                                                              Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)), "pointmass"),
+        "lookup": lambda ps, gs: batch.lookup_batch(t, ps, s, gs, 32, 3, 2, "pointmass"),
+        "eagle": lambda ps, gs: batch.eagle_batch(t, tiny["eagle"], ps, s, gs, 32, "lossless", 2, 2, 4),
+        "lookahead": lambda ps, gs: batch.lookahead_batch(t, ps, s, gs, 32, 3, 3, 3, "pointmass",
+                                                          pools=copies(tiny["pools"])),
+    }[name]
+
+
+def seeded_pools(target):
+    """For each prompt, a pool that holds, for every token, one likely and one unlikely n-gram after
+    it (a fresh pool fills only once the window is full), so the first steps verify a trie."""
+    pools = []
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            pool = NgramPool(3)
+            order = lambda text: target(torch.tensor([text]))[0][0, -1].argsort(descending=True).tolist()
+            for a in range(V):
+                first, second = order(prompt + [a])[:2]
+                pool.add((a, second, order(prompt + [a, second])[0]))
+                pool.add((a, first, order(prompt + [a, first])[0]))
+            pools.append(pool)
+    return pools
+
+
+def copies(pools):
+    """A fresh copy of its prompt's pool for each of ROWS rows: every row starts from the same pool."""
+    out = []
+    for i in range(ROWS):
+        pool = NgramPool(pools[i % len(PROMPTS)].size)
+        pool.table = {a: dict(d) for a, d in pools[i % len(PROMPTS)].table.items()}
+        out.append(pool)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, n_samples", [("ar", 6000), ("draft", 6000), ("medusa", 6000), ("medusa-pointmass", 6000),
+                                             ("lookup", 6000), ("eagle", 3008), ("lookahead", 6000)])
+def test_every_row_has_the_target_distribution(tiny_vocab, name, n_samples):
+    """n_samples rows of each prompt (EAGLE and lookahead draft row by row, in Python: fewer)."""
+    proposing = assert_rows_have_the_target_distribution(tiny_vocab, tiny_loop(tiny_vocab, name), n_samples)
+    assert name == "ar" or proposing == len(PROMPTS) * n_samples  # every row verified proposals, not only plain steps
+
+
+@pytest.mark.slow
+def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab, monkeypatch):
+    """A planted batching bug: row b's proposals judged against q of row b - 1 (an off-by-one
+    in the per-row loop). Rows of different prompts have different q: the output drifts."""
+    monkeypatch.setattr(batch, "speculative_batch", mutant(batch, "speculative_batch", "accept(p[b], q[b],",
+                                                           "accept(p[b], q[b - 1],"))
+    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "draft"))
+
+
+@pytest.mark.slow
+def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatch):
+    """A planted batching bug: row b's tree judged by the target's logits of row b - 1."""
+    monkeypatch.setattr(batch, "verify_rows", mutant(batch, "verify_rows", "logits = target.lm_head(h[b])",
+                                                     "logits = target.lm_head(h[b - 1])"))
+    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))

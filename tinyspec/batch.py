@@ -358,16 +358,17 @@ def eagle_batch(target: GPT, head: EagleHead, prompts: list[list[int]], sampling
 @torch.no_grad()
 def lookahead_batch(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
                     window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy",
-                    cache: BatchKVCache | None = None) -> BatchSteps:
+                    cache: BatchKVCache | None = None, pools: list[NgramPool] | None = None) -> BatchSteps:
     """`lookahead.lookahead` for every row at once: each row its own window, n-gram pool and
-    trie, all fed in ONE target forward, each under its own mask (`lookahead.step_mask`)."""
+    trie, all fed in ONE target forward, each under its own mask (`lookahead.step_mask`).
+    pools: each row's `NgramPool` to start from (default: empty ones); they are updated."""
     accept, device, n_ctx = tree_rule(rule, draft_free=True), target.lm_head.weight.device, target.config.n_ctx
     size = (window + guesses) * (ngram - 1)  # the most tokens one step feeds
     cache = ready(cache, target, len(prompts), max_len + size + 1)
     rows = new_rows(prompts, generators)
     prefill(target, cache, rows, sampling)
     for r in rows:
-        r.pool, r.fill = NgramPool(guesses), filler(r.seq)
+        r.pool, r.fill = pools[r.id] if pools else NgramPool(guesses), filler(r.seq)
         r.grid = [[int(r.root)] + [r.fill() for _ in range(window - 1)]]
     done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
     rows = leave(rows, done, [cache], max_len)
