@@ -44,8 +44,9 @@ from .lookup import NgramIndex
 from .medusa import MedusaHeads, propose
 from .model import GPT, causal_mask
 from .sampling import Sampling, sample
-from .speculative import AdaptiveK, accept_or_resample, expected_tokens
-from .tree import Tree, chain, tree_on
+from .speculative import AdaptiveK, accept_or_resample
+from .timing import median_seconds
+from .tree import Tree, chain, expected_accepted, from_accuracies, tree_on
 from .verify import RULES, SAMPLED
 
 Produced = dict[int, Step]  # what one batched forward gave each row that took part, by row id
@@ -72,9 +73,11 @@ def run_batch(steps: BatchSteps, rows: int, max_new_tokens: int, stop_id: int | 
             ended.update(done)
             produced = steps.send(done)
     except StopIteration:
-        pass
+        reason = "context"
+    except KeyboardInterrupt:  # Ctrl-C: every row keeps what it has
+        reason = "interrupted"
     for row in set(range(rows)) - ended:
-        results[row].stop_reason, results[row].wall_s = "context", time.perf_counter() - t0
+        results[row].stop_reason, results[row].wall_s = reason, time.perf_counter() - t0
     return results
 
 
@@ -181,8 +184,8 @@ def speculative_batch(target: GPT, draft: GPT, prompts: list[list[int]], samplin
                       accept=accept_or_resample) -> BatchSteps:
     """`speculative.speculative` for every row at once: each draft forward proposes the next token
     of every row, one target forward scores every row's proposals, and each row accepts its own
-    prefix with `accept`. k is the same for all rows (an int, or a policy with `choose(rows)`
-    such as `BatchPolicy`), and no more than the row with the least room left allows."""
+    prefix with `accept`. k is the same for all rows (an int, or an `AdaptiveK` that learns from
+    all of them), and no more than the row with the least room left allows."""
     device = target.lm_head.weight.device
     caches = caches or (None, None)
     t_cache = ready(caches[0], target, len(prompts), max_len + 1 + (k if isinstance(k, int) else k.k_max))
@@ -191,7 +194,7 @@ def speculative_batch(target: GPT, draft: GPT, prompts: list[list[int]], samplin
     rows = new_rows(prompts, generators)
     while rows:
         room = min(max_len - len(r.seq) for r in rows)
-        k_step = min(policy.choose(len(rows)) if policy else k, room)
+        k_step = min(policy.choose() if policy else k, room)
         # 1. the draft proposes k tokens per row, one forward for the whole batch each
         unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
         drafts, qs = [], []
@@ -265,32 +268,124 @@ def tree_rule(rule: str, draft_free: bool = False):
 
 @torch.no_grad()
 def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], sampling: Sampling, generators: list,
-                 max_len: int, tree: Tree, rule: str = "greedy", cache: BatchKVCache | None = None) -> BatchSteps:
+                 max_len: int, tree: Tree | BatchPolicy, rule: str = "greedy",
+                 cache: BatchKVCache | None = None) -> BatchSteps:
     """`medusa.medusa` for every row at once: the heads read every row's hidden state in one call,
-    each row's tree is filled from its own guesses, one target forward verifies all trees."""
+    each row's tree is filled from its own guesses, one target forward verifies all trees.
+    tree: the same tree every step, or a `BatchPolicy` that picks one (or none) per step."""
     accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
-    tree = tree.to(device)
-    cache = ready(cache, target, len(prompts), max_len + len(tree) + 1)
+    policy = tree if isinstance(tree, BatchPolicy) else None
+    tree = None if policy else tree.to(device)
+    cache = ready(cache, target, len(prompts), max_len + (policy.largest if policy else len(tree)) + 1)
     rows = new_rows(prompts, generators)
     for r, h in zip(rows, prefill(target, cache, rows, sampling)):
         r.h = h[-1]
     done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
     rows = leave(rows, done, [cache], max_len)
     while rows:
-        head_logits = heads(torch.stack([r.h for r in rows]), target.lm_head)  # (K, B, V): 1. propose
-        proposals = []
-        for b, r in enumerate(rows):
-            L = cache.lengths[b]
-            if L + 1 + len(tree) > max_len or L + tree.max_depth >= target.config.n_ctx:  # no room: a plain step
-                proposals.append(None)
-            else:
-                tokens, q = propose(head_logits[:, b], tree, sampling, sampled, r.generator)
-                proposals.append((tokens, tree, q))
+        step_tree = policy.choose(len(rows)) if policy else tree  # None: a plain step for every row
+        proposals = [None] * len(rows)
+        if step_tree is not None:
+            head_logits = heads(torch.stack([r.h for r in rows]), target.lm_head)  # (K, B, V): 1. propose
+            for b, r in enumerate(rows):
+                L = cache.lengths[b]
+                if L + 1 + len(step_tree) <= max_len and L + step_tree.max_depth < target.config.n_ctx:  # else no room
+                    tokens, q = propose(head_logits[:, b], step_tree, sampling, sampled, r.generator)
+                    proposals[b] = (tokens, step_tree, q)
         produced = {}
         for r, (step, hidden) in zip(rows, verify_rows(target, cache, rows, proposals, accept, sampling)):  # 2-4.
             r.h, produced[r.id] = hidden[-1], step
+        if policy:
+            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], step_tree)
         done = yield produced
         rows = leave(rows, done, [cache], max_len)
+
+
+# ---- speculation or batching: the policy of --method auto ------------------------------------
+
+@torch.no_grad()
+def forward_seconds(model: GPT, rows: int, tokens: int, context: int = 128, repeats: int = 5) -> float:
+    """Median seconds of one forward over `rows` rows of `tokens` new tokens each, every row after
+    `context` cached tokens (`timing.median_seconds`)."""
+    device = model.lm_head.weight.device
+    cache = BatchKVCache.for_model(model, context + tokens, rows)
+    feed(model, cache, [torch.zeros(context, dtype=torch.long, device=device)] * rows)
+    new = [torch.zeros(tokens, dtype=torch.long, device=device)] * rows
+
+    def rewind():
+        for b in range(rows):
+            cache.truncate(b, context)
+    return median_seconds(lambda: feed(model, cache, new), device, repeats, warmup=1, setup=rewind)
+
+
+class BatchPolicy:
+    """`--method auto`: every step, Medusa with a tree of one of `sizes` nodes, or no tree at all
+    (a plain step), whichever gives the batch the most tokens per second at its current size:
+
+        rate(0) = rows / F(rows, 1)
+        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s))
+
+    F(rows, t): the measured seconds of a target forward over rows x t tokens; H(rows): of the
+    heads on rows hidden states; A(s): the tokens per step that the heads' held-out accuracies
+    promise a tree of s nodes accepts (`tree.expected_accepted`, the tree `from_accuracies`); a:
+    the running ratio of tokens accepted to tokens promised (each step's counts weigh `decay`
+    times the step after), which corrects A for the text at hand (prose is harder than code).
+
+    At batch 1 a forward over 1 + s tokens costs little more than over one, and trees pay. As the
+    batch grows, F(rows, 1 + s) climbs towards (1 + s) F(rows, 1), and the policy stops
+    speculating where the measurement says it stops paying. While it does not speculate, a cannot
+    learn; so after `probe_every` plain steps it tries the smallest tree once, but only at batch
+    sizes where a tree could pay at all (every guess on its deepest path right), and each probe
+    that does not bring speculation back doubles the wait for the next: probes take a vanishing
+    share of the steps where speculation does not pay."""
+
+    def __init__(self, target: GPT, heads: MedusaHeads, sizes=(2, 4, 8, 16), max_rows: int = 16,
+                 decay: float = 0.9, probe_every: int = 8):
+        device = target.lm_head.weight.device
+        self.trees = {s: from_accuracies(heads.accuracy, s).to(device) for s in sizes}
+        self.promise = {s: expected_accepted(from_accuracies(heads.accuracy, s), heads.accuracy.cpu()) for s in sizes}
+        self.largest, self.decay, self.probe_every = max(sizes), decay, probe_every
+        self.grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
+        self.F = {(r, 1 + s): forward_seconds(target, r, 1 + s) for r in self.grid for s in (0, *sizes)}
+        C = target.config.n_embd
+        self.H = {(r,): median_seconds(lambda: heads(torch.zeros(r, C, device=device), target.lm_head), device, 5, 1)
+                  for r in self.grid}
+        self.accepted = self.promised = 1.0  # prior: a = 1, the held-out accuracies hold
+        self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
+
+    def seconds(self, table: dict, rows: int, *key) -> float:
+        """table at `rows`, linear between the measured batch sizes."""
+        hi = next(r for r in self.grid if r >= rows)
+        lo = max([r for r in self.grid if r <= rows], default=hi)
+        a, b = table[(lo, *key)], table[(hi, *key)]
+        return a if hi == lo else a + (b - a) * (rows - lo) / (hi - lo)
+
+    def rate(self, size: int, rows: int, tokens: float) -> float:
+        """Tokens per second of the batch, a step with a tree of `size` nodes making `tokens` per row."""
+        if size == 0:
+            return rows / self.seconds(self.F, rows, 1)
+        return rows * tokens / (self.seconds(self.H, rows) + self.seconds(self.F, rows, 1 + size))
+
+    def choose(self, rows: int) -> Tree | None:
+        a = self.accepted / self.promised
+        best = max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
+        if best:
+            self.plain_steps, self.wait = 0, self.probe_every
+            return self.trees[best]
+        self.plain_steps += 1
+        smallest = min(self.trees)
+        could_pay = self.rate(smallest, rows, 1 + self.trees[smallest].max_depth) > self.rate(0, rows, 1)
+        if self.plain_steps < self.wait or not could_pay:
+            return None
+        self.plain_steps, self.wait = 0, 2 * self.wait
+        return self.trees[smallest]  # a probe
+
+    def update(self, accepted: list[int], tree: Tree | None) -> None:
+        """accepted: tokens each row that verified `tree` accepted in this step."""
+        if tree is not None and accepted:
+            size = len(tree)
+            self.accepted = self.decay * self.accepted + sum(accepted)
+            self.promised = self.decay * self.promised + len(accepted) * self.promise[size]
 
 
 @torch.no_grad()

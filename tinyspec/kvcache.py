@@ -106,6 +106,7 @@ class BatchKVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.max_len = max_len
         self.lengths = [0] * batch  # one per live row; rows that left the batch are gone from the list
+        self._where = (None, None)  # (lengths, T) of the last update, and the slots it wrote
 
     @classmethod
     def for_model(cls, model, max_len: int, batch: int) -> "BatchKVCache":
@@ -144,8 +145,10 @@ class BatchKVCache:
         end = max(self.lengths) + T
         if end > self.max_len:
             raise ValueError(f"KV cache is full: {end} slots needed, {self.max_len} allocated")
-        slots = torch.tensor(self.lengths, device=k.device)[:, None] + torch.arange(T, device=k.device)  # (B, T)
-        rows = torch.arange(B, device=k.device)[:, None]
+        if self._where[0] != (self.lengths, T):  # the same for every layer of a forward: made once
+            slots = torch.tensor(self.lengths, device=k.device)[:, None] + torch.arange(T, device=k.device)  # (B, T)
+            self._where = ((list(self.lengths), T), (torch.arange(B, device=k.device)[:, None], slots))
+        rows, slots = self._where[1]
         self.k[layer][rows, :, slots] = k.transpose(1, 2)  # indexed (B, T, H, D): row b's token t at its own slot
         self.v[layer][rows, :, slots] = v.transpose(1, 2)
         return self.k[layer, :B, :, :end], self.v[layer, :B, :, :end]
