@@ -3,12 +3,13 @@ equal plain decoding token for token (B = 1..8, prompts of mixed lengths, every 
 rows equal their batch-1 run with the same generator, and have the target's distribution
 (statistically, per row, with planted bugs that must be caught); each row's cache equals the one
 plain decoding builds."""
+import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import batch
+from tinyspec import batch, bench, generate
 from tinyspec.batch import run_batch
 from tinyspec.decoding import autoregressive, run
 from tinyspec.eagle import eagle
@@ -23,7 +24,7 @@ from tinyspec.tree import Tree
 
 from conftest import counting_sequences, random_gpt, random_heads, random_tree
 from test_eagle import random_head
-from test_speculative import chi_square, critical_value, perturbed
+from test_speculative import chi_square, critical_value, perturbed, save_target_and_draft
 from test_verify import mutant
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -332,3 +333,145 @@ def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatc
     monkeypatch.setattr(batch, "verify_rows", mutant(batch, "verify_rows", "logits = target.lm_head(h[b])",
                                                      "logits = target.lm_head(h[b - 1])"))
     assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))
+
+
+# ---- --method auto: speculate or not, per step ------------------------------------------------
+
+def accuracy_heads(seed=1):
+    heads = random_heads(32, 3, seed=seed)
+    heads.accuracy = torch.tensor([[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.1]])
+    return heads
+
+
+def costs(free_up_to: int):
+    """A made-up machine: a forward costs 1 until it holds `free_up_to` tokens, then grows with
+    them (as a memory-bound forward turns compute-bound); the heads cost 0.1 per row."""
+    return (lambda rows, t: max(1.0, rows * t / free_up_to)), (lambda rows: 0.1 * rows)
+
+
+def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gpt):
+    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16))
+    assert policy.choose(1) is not None  # at batch 1 a forward of 17 tokens costs what one of 1 does
+    assert policy.choose(16) is None  # at batch 16 a tree multiplies the forward's cost
+    for _ in range(30):  # the text at hand is much harder than held-out text: nothing is ever accepted
+        policy.update([0, 0], policy.trees[2])
+    assert policy.choose(1) is None
+
+
+def test_probes_back_off_where_speculation_does_not_pay(counting_gpt):
+    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16), probe_every=4)
+    for _ in range(20):
+        policy.update([0], policy.trees[2])
+    probes = [t is not None for t in (policy.choose(2) for _ in range(200))]
+    assert 2 <= sum(probes) <= 6  # after 4, 8, 16, 32, 64 plain steps, not every 4th
+    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    assert not any(policy.choose(4) for _ in range(100))  # where no tree could ever pay, no probes at all
+
+
+class Coin(batch.BatchPolicy):
+    """A policy that picks a tree or a plain step at random: medusa_batch must handle any sequence."""
+    def choose(self, rows):
+        return random.choice([None, *self.trees.values()])
+
+
+def test_greedy_auto_equals_plain_decoding_whatever_the_policy_chooses(counting_gpt):
+    random.seed(0)
+    heads = accuracy_heads()
+    policy = Coin(counting_gpt, heads, costs=costs(16))
+    prompts = mixed_prompts(6, seed=40)
+    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 40).token_ids for p in prompts]
+    rows = run_batch(batch.medusa_batch(counting_gpt, heads, prompts, Sampling(0.0), [None] * 6, 64, policy), 6, 40)
+    assert [r.token_ids for r in rows] == plain
+    assert 0 < sum(r.proposed > 0 for r in rows)
+
+
+def test_measured_policy_runs(counting_gpt):
+    heads = accuracy_heads()
+    policy = batch.BatchPolicy(counting_gpt, heads, max_rows=3)
+    assert policy.F(3, 1) > 0 and policy.H(2) > 0
+    prompts = mixed_prompts(3, seed=41)
+    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 30).token_ids for p in prompts]
+    rows = run_batch(batch.medusa_batch(counting_gpt, heads, prompts, Sampling(0.0), [None] * 3, 64, policy), 3, 30)
+    assert [r.token_ids for r in rows] == plain
+
+
+# ---- command lines -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("batch")
+    target = save_target_and_draft(d, n_ctx=320)  # long enough for the benchmark's prompts
+    heads = accuracy_heads(seed=0)
+    heads.target_fingerprint = target.fingerprint()
+    heads.save(d / "heads.safetensors")
+    random_head(target, 2, 2.0).save(d / "eagle.safetensors")
+    (d / "prompts.txt").write_text("def f(x):\nclass Stack:\n    return [i for i in range(10)] + [j * 2 for j in x]\n"
+                                   "import os\nx = 1\n")
+    return d
+
+
+def generated(argv, capsys) -> list[list[int]]:
+    generate.main(argv)
+    return [json.loads(line)["token_ids"] for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperature):
+    """generate --batch-size B: every prompt's tokens are its batch-1 tokens (sampled too: each row
+    has its own generator, seeded as the prompt alone would be), for B that divides the five
+    prompts and B that does not."""
+    base = ["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "12", "--model",
+            str(files / "target.safetensors"), "--json", "--temperature", temperature]
+    plain = generated(base, capsys)
+    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors")],
+                  ["--method", "medusa", "--heads", str(files / "heads.safetensors")], ["--method", "lookup"],
+                  ["--method", "lookahead"], ["--method", "eagle", "--eagle", str(files / "eagle.safetensors")]):
+        alone = generated(base + flags, capsys)
+        if temperature == "0":
+            assert alone == plain
+        for size in ("2", "5"):
+            assert generated(base + flags + ["--batch-size", size], capsys) == alone, f"{flags}, batch {size}"
+    if temperature == "0":
+        auto = generated(base + ["--method", "auto", "--heads", str(files / "heads.safetensors"), "--batch-size", "3"],
+                         capsys)
+        assert auto == plain
+
+
+def test_cli_batch_prints_each_text_and_the_batch_rate(files, capsys):
+    generate.main(["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "6", "--model",
+                   str(files / "target.safetensors"), "--batch-size", "4"])
+    out, err = capsys.readouterr()
+    assert out.startswith("def f(x):") and "class Stack:" in out
+    assert err.count("[batch of 4:") == 1 and err.count("[batch of 1:") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size"),
+    (["--batch-size", "2", "--cuda-graph"], "batch size 1"),
+    (["--batch-size", "2", "--attn", "triton"], "--attn torch"),
+    (["--method", "auto", "--heads", "{d}/none.safetensors"], "not found")])
+def test_cli_refuses_bad_batch_settings(files, argv, message, capsys):
+    argv = [a.format(d=files) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--model", str(files / "target.safetensors")] + argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_batch_curve_reports_every_method_at_every_size(files, capsys):
+    bench.main(["--batch-sizes", "1,2,4", "--methods", "ar,medusa:4,lookup:4,auto", "--batch-prompts", "4",
+                "--max-new-tokens", "8", "--repeats", "1", "--temperatures", "0", "--json", "--no-hf",
+                "--model", str(files / "target.safetensors"), "--heads", str(files / "heads.safetensors")])
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ar", "medusa:4", "lookup:4", "auto")
+                                                               for b in (1, 2, 4)}
+    for r in rows:
+        assert r["same_as_ar"] == r["prompts"] == 4 and r["new_tokens"] == 32 and r["latency_s"] > 0
+        assert r["tokens_per_s"] > 0 and (r["method"] != "ar" or r["speedup"] == 1)
+    assert report["batch_sizes"] == [1, 2, 4]
+
+
+def test_bench_refuses_auto_without_batch_sizes(files, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--methods", "ar,auto", "--model", str(files / "target.safetensors")])
+    assert e.value.code == 2 and "--batch-sizes" in capsys.readouterr().err
