@@ -130,7 +130,8 @@ def feed(model: GPT, cache: BatchKVCache, inputs: list[torch.Tensor], masks: lis
     n = torch.tensor([len(x) for x in inputs], device=device)  # (B,)
     T = int(n.max())
     x = torch.nn.utils.rnn.pad_sequence(inputs, batch_first=True)  # (B, T), padded with token 0
-    pos = torch.arange(T, device=device).expand(len(inputs), T).minimum(n[:, None] - 1)  # padding repeats a real position
+    t = torch.arange(T, device=device)
+    pos = torch.where(t < n[:, None], t, 0)  # (B, T); padding at offset 0, the row's root: a position that exists
     new_mask = causal_mask(T, device).repeat(len(inputs), 1, 1)  # (B, T, T); nothing real sees the padding
     for b in range(len(inputs) if masks is not None else 0):
         if masks[b] is not None:
@@ -148,8 +149,11 @@ def last(h: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([x[-1] for x in h])
 
 
-def sample_rows(p: torch.Tensor, rows: list[Row]) -> list[torch.Tensor]:
-    """One token per row from p (B, V), each drawn with the row's own generator."""
+def sample_rows(p: torch.Tensor, rows: list[Row], sampling: Sampling) -> list[torch.Tensor]:
+    """One token per row from p (B, V), each drawn with the row's own generator. Greedy (p one-hot):
+    every row's argmax at once, which is what `sample` would return."""
+    if sampling.temperature == 0:
+        return list(p.argmax(-1))
     return [sample(p[b], r.generator) for b, r in enumerate(rows)]
 
 
@@ -166,7 +170,7 @@ def autoregressive_batch(model: GPT, prompts: list[list[int]], sampling: Samplin
     h = feed(model, cache, [torch.tensor(p, device=device) for p in prompts])  # prefill: prompts of any lengths
     logits = model.lm_head(last(h))  # (B, V)
     while True:
-        tokens = sample_rows(sampling.probs(logits), rows)
+        tokens = sample_rows(sampling.probs(logits), rows, sampling)
         for r, t in zip(rows, tokens):
             r.root = t
         done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
@@ -200,7 +204,7 @@ def speculative_batch(target: GPT, draft: GPT, prompts: list[list[int]], samplin
         drafts, qs = [], []
         for _ in range(k_step):
             qs.append(sampling.probs(draft.lm_head(last(feed(draft, d_cache, unseen)))))  # (B, V)
-            drafts.append(torch.stack(sample_rows(qs[-1], rows)))  # (B,)
+            drafts.append(torch.stack(sample_rows(qs[-1], rows, sampling)))  # (B,)
             unseen = list(drafts[-1][:, None])
         drafts = torch.stack(drafts, 1) if drafts else torch.zeros(len(rows), 0, dtype=torch.long, device=device)  # (B, k)
         # 2. the target scores every row's unseen tokens and proposals in one forward
@@ -235,9 +239,9 @@ def verify_rows(target: GPT, cache: BatchKVCache, rows: list[Row], proposals: li
     inputs = [r.root.view(1) if prop is None else torch.cat([r.root.view(1), prop[0]]) for r, prop in zip(rows, proposals)]
     h = feed(target, cache, inputs, [None if prop is None else prop[1].tree_mask for prop in proposals],
              [None if prop is None else prop[1].depth for prop in proposals])
-    out = []
+    out, all_logits = [], target.lm_head(torch.cat(h)).split([len(x) for x in h])  # one LM-head product for all rows
     for b, (r, prop) in enumerate(zip(rows, proposals)):
-        logits = target.lm_head(h[b])  # (1 + T, V)
+        logits = all_logits[b]  # (1 + T, V)
         if prop is None:  # a plain step
             r.root = sample(sampling.probs(logits[0]), r.generator)
             out.append((Step([int(r.root)], [TARGET]), h[b]))
@@ -253,7 +257,7 @@ def prefill(target: GPT, cache: BatchKVCache, rows: list[Row], sampling: Samplin
     Returns each row's hidden states of its prompt [(P_b, C)]."""
     device = target.lm_head.weight.device
     h = feed(target, cache, [torch.tensor(r.seq, device=device) for r in rows])
-    for r, root in zip(rows, sample_rows(sampling.probs(target.lm_head(last(h))), rows)):
+    for r, root in zip(rows, sample_rows(sampling.probs(target.lm_head(last(h))), rows, sampling)):
         r.root = root
     return h
 
