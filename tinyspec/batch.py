@@ -305,100 +305,6 @@ def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], samp
         rows = leave(rows, done, [cache], max_len)
 
 
-# ---- speculation or batching: the policy of --method auto ------------------------------------
-
-@torch.no_grad()
-def forward_seconds(model: GPT, rows: int, tokens: int, context: int = 128, repeats: int = 5) -> float:
-    """Median seconds of one forward over `rows` rows of `tokens` new tokens each, every row after
-    `context` cached tokens (fewer if the context window is shorter; `timing.median_seconds`)."""
-    device, context = model.lm_head.weight.device, min(context, model.config.n_ctx - tokens)
-    cache = BatchKVCache.for_model(model, context + tokens, rows)
-    feed(model, cache, [torch.zeros(context, dtype=torch.long, device=device)] * rows)
-    new = [torch.zeros(tokens, dtype=torch.long, device=device)] * rows
-
-    def rewind():
-        for b in range(rows):
-            cache.truncate(b, context)
-    return median_seconds(lambda: feed(model, cache, new), device, repeats, warmup=1, setup=rewind)
-
-
-def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[int]) -> tuple[Callable, Callable]:
-    """F(rows, t): seconds of a target forward of rows x t tokens, t in `widths`; H(rows): of the
-    heads on rows hidden states. Measured at rows = 1, 2, 4, ..., max_rows, linear in between."""
-    device, C = target.lm_head.weight.device, target.config.n_embd
-    grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
-    F = {(r, t): forward_seconds(target, r, t) for r in grid for t in widths}
-    H = {(r, 0): median_seconds(lambda: heads(torch.zeros(r, C, device=device), target.lm_head), device, 5, 1)
-         for r in grid}
-
-    def between(table: dict, rows: int, t: int) -> float:
-        hi = next((r for r in grid if r >= rows), grid[-1])
-        lo = max([r for r in grid if r <= rows], default=hi)
-        a, b = table[lo, t], table[hi, t]
-        return a if hi == lo else a + (b - a) * (rows - lo) / (hi - lo)
-    return (lambda rows, t: between(F, rows, t)), (lambda rows: between(H, rows, 0))
-
-
-class BatchPolicy:
-    """`--method auto`: every step, Medusa with a tree of one of `sizes` nodes, or no tree at all
-    (a plain step), whichever gives the batch the most tokens per second at its current size:
-
-        rate(0) = rows / F(rows, 1)
-        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s))
-
-    F(rows, t): the measured seconds of a target forward over rows x t tokens; H(rows): of the
-    heads on rows hidden states; A(s): the tokens per step that the heads' held-out accuracies
-    promise a tree of s nodes accepts (`tree.expected_accepted`, the tree `from_accuracies`); a:
-    the running ratio of tokens accepted to tokens promised (each step's counts weigh `decay`
-    times the step after), which corrects A for the text at hand (prose is harder than code).
-
-    At batch 1 a forward over 1 + s tokens costs little more than over one, and trees pay. As the
-    batch grows, F(rows, 1 + s) climbs towards (1 + s) F(rows, 1), and the policy stops
-    speculating where the measurement says it stops paying. While it does not speculate, a cannot
-    learn; so after `probe_every` plain steps it tries the smallest tree once, but only at batch
-    sizes where a tree could pay at all (every guess on its deepest path right), and each probe
-    that does not bring speculation back doubles the wait for the next: probes take a vanishing
-    share of the steps where speculation does not pay. costs: (F, H) as functions, instead of
-    measuring them (`measure_costs`)."""
-
-    def __init__(self, target: GPT, heads: MedusaHeads, sizes=(2, 4, 8, 16), max_rows: int = 16,
-                 decay: float = 0.9, probe_every: int = 8, costs: tuple[Callable, Callable] | None = None):
-        device = target.lm_head.weight.device
-        self.trees = {s: from_accuracies(heads.accuracy, s).to(device) for s in sizes}
-        self.promise = {s: expected_accepted(from_accuracies(heads.accuracy, s), heads.accuracy.cpu()) for s in sizes}
-        self.largest, self.decay, self.probe_every = max(sizes), decay, probe_every
-        self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
-        self.accepted = self.promised = 1.0  # prior: a = 1, the held-out accuracies hold
-        self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
-
-    def rate(self, size: int, rows: int, tokens: float) -> float:
-        """Tokens per second of the batch, a step with a tree of `size` nodes making `tokens` per row."""
-        if size == 0:
-            return rows / self.F(rows, 1)
-        return rows * tokens / (self.H(rows) + self.F(rows, 1 + size))
-
-    def choose(self, rows: int) -> Tree | None:
-        a = self.accepted / self.promised
-        best = max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
-        if best:
-            self.plain_steps, self.wait = 0, self.probe_every
-            return self.trees[best]
-        self.plain_steps += 1
-        smallest = min(self.trees)
-        could_pay = self.rate(smallest, rows, 1 + self.trees[smallest].max_depth) > self.rate(0, rows, 1)
-        if self.plain_steps < self.wait or not could_pay:
-            return None
-        self.plain_steps, self.wait = 0, 2 * self.wait
-        return self.trees[smallest]  # a probe
-
-    def update(self, accepted: list[int], tree: Tree | None) -> None:
-        """accepted: tokens each row that verified `tree` accepted in this step."""
-        if tree is not None and accepted:
-            size = len(tree)
-            self.accepted = self.decay * self.accepted + sum(accepted)
-            self.promised = self.decay * self.promised + len(accepted) * self.promise[size]
-
-
 @torch.no_grad()
 def lookup_batch(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
                  k: int = 8, max_ngram: int = 3, rule: str = "greedy", cache: BatchKVCache | None = None) -> BatchSteps:
@@ -506,3 +412,97 @@ def lookahead_batch(target: GPT, prompts: list[list[int]], sampling: Sampling, g
             r.grid = slide(r.grid, top, int(r.root), ngram, r.fill)
         done = yield produced
         rows = leave(rows, done, [cache], max_len)
+
+
+# ---- speculation or batching: the policy of --method auto ------------------------------------
+
+@torch.no_grad()
+def forward_seconds(model: GPT, rows: int, tokens: int, context: int = 128, repeats: int = 5) -> float:
+    """Median seconds of one forward over `rows` rows of `tokens` new tokens each, every row after
+    `context` cached tokens (fewer if the context window is shorter; `timing.median_seconds`)."""
+    device, context = model.lm_head.weight.device, min(context, model.config.n_ctx - tokens)
+    cache = BatchKVCache.for_model(model, context + tokens, rows)
+    feed(model, cache, [torch.zeros(context, dtype=torch.long, device=device)] * rows)
+    new = [torch.zeros(tokens, dtype=torch.long, device=device)] * rows
+
+    def rewind():
+        for b in range(rows):
+            cache.truncate(b, context)
+    return median_seconds(lambda: feed(model, cache, new), device, repeats, warmup=1, setup=rewind)
+
+
+def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[int]) -> tuple[Callable, Callable]:
+    """F(rows, t): seconds of a target forward of rows x t tokens, t in `widths`; H(rows): of the
+    heads on rows hidden states. Measured at rows = 1, 2, 4, ..., max_rows, linear in between."""
+    device, C = target.lm_head.weight.device, target.config.n_embd
+    grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
+    F = {(r, t): forward_seconds(target, r, t) for r in grid for t in widths}
+    H = {(r, 0): median_seconds(lambda: heads(torch.zeros(r, C, device=device), target.lm_head), device, 5, 1)
+         for r in grid}
+
+    def between(table: dict, rows: int, t: int) -> float:
+        hi = next((r for r in grid if r >= rows), grid[-1])
+        lo = max([r for r in grid if r <= rows], default=hi)
+        a, b = table[lo, t], table[hi, t]
+        return a if hi == lo else a + (b - a) * (rows - lo) / (hi - lo)
+    return (lambda rows, t: between(F, rows, t)), (lambda rows: between(H, rows, 0))
+
+
+class BatchPolicy:
+    """`--method auto`: every step, Medusa with a tree of one of `sizes` nodes, or no tree at all
+    (a plain step), whichever gives the batch the most tokens per second at its current size:
+
+        rate(0) = rows / F(rows, 1)
+        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s))
+
+    F(rows, t): the measured seconds of a target forward over rows x t tokens; H(rows): of the
+    heads on rows hidden states; A(s): the tokens per step that the heads' held-out accuracies
+    promise a tree of s nodes accepts (`tree.expected_accepted`, the tree `from_accuracies`); a:
+    the running ratio of tokens accepted to tokens promised (each step's counts weigh `decay`
+    times the step after), which corrects A for the text at hand (prose is harder than code).
+
+    At batch 1 a forward over 1 + s tokens costs little more than over one, and trees pay. As the
+    batch grows, F(rows, 1 + s) climbs towards (1 + s) F(rows, 1), and the policy stops
+    speculating where the measurement says it stops paying. While it does not speculate, a cannot
+    learn; so after `probe_every` plain steps it tries the smallest tree once, but only at batch
+    sizes where a tree could pay at all (every guess on its deepest path right), and each probe
+    that does not bring speculation back doubles the wait for the next: probes take a vanishing
+    share of the steps where speculation does not pay. costs: (F, H) as functions, instead of
+    measuring them (`measure_costs`)."""
+
+    def __init__(self, target: GPT, heads: MedusaHeads, sizes=(2, 4, 8, 16), max_rows: int = 16,
+                 decay: float = 0.9, probe_every: int = 8, costs: tuple[Callable, Callable] | None = None):
+        device = target.lm_head.weight.device
+        self.trees = {s: from_accuracies(heads.accuracy, s).to(device) for s in sizes}
+        self.promise = {s: expected_accepted(from_accuracies(heads.accuracy, s), heads.accuracy.cpu()) for s in sizes}
+        self.largest, self.decay, self.probe_every = max(sizes), decay, probe_every
+        self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
+        self.accepted = self.promised = 1.0  # prior: a = 1, the held-out accuracies hold
+        self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
+
+    def rate(self, size: int, rows: int, tokens: float) -> float:
+        """Tokens per second of the batch, a step with a tree of `size` nodes making `tokens` per row."""
+        if size == 0:
+            return rows / self.F(rows, 1)
+        return rows * tokens / (self.H(rows) + self.F(rows, 1 + size))
+
+    def choose(self, rows: int) -> Tree | None:
+        a = self.accepted / self.promised
+        best = max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
+        if best:
+            self.plain_steps, self.wait = 0, self.probe_every
+            return self.trees[best]
+        self.plain_steps += 1
+        smallest = min(self.trees)
+        could_pay = self.rate(smallest, rows, 1 + self.trees[smallest].max_depth) > self.rate(0, rows, 1)
+        if self.plain_steps < self.wait or not could_pay:
+            return None
+        self.plain_steps, self.wait = 0, 2 * self.wait
+        return self.trees[smallest]  # a probe
+
+    def update(self, accepted: list[int], tree: Tree | None) -> None:
+        """accepted: tokens each row that verified `tree` accepted in this step."""
+        if tree is not None and accepted:
+            size = len(tree)
+            self.accepted = self.decay * self.accepted + sum(accepted)
+            self.promised = self.decay * self.promised + len(accepted) * self.promise[size]
