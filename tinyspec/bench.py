@@ -487,7 +487,13 @@ def measure_batches(args, argv: list[str]) -> dict:
                     row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], passes[("ar", ""), sizes[0]][0]["outputs"]))
                 out.append(row)
     bar.close()
-    return report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
+    report = report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
+    if ("auto", "") in specs:  # what the policy measured: ms of a target forward of rows x tokens, and of the heads
+        policy = runner.decoder(("auto", "")).policy
+        widths = [1] + [1 + s for s in policy.trees]
+        report["forward_ms"] = {f"{r}x{t}": round(policy.F(r, t) * 1e3, 3) for r in sizes for t in widths}
+        report["heads_ms"] = {str(r): round(policy.H(r) * 1e3, 3) for r in sizes}
+    return report
 
 
 def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
