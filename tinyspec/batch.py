@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Generator
 
 import torch
@@ -45,7 +46,7 @@ from .medusa import MedusaHeads, propose
 from .model import GPT, causal_mask
 from .sampling import Sampling, sample
 from .speculative import AdaptiveK, accept_or_resample
-from .timing import median_seconds
+from .timing import interleaved_medians
 from .tree import Tree, chain, expected_accepted, from_accuracies, tree_on
 from .verify import RULES, SAMPLED
 
@@ -240,10 +241,14 @@ def verify_rows(target: GPT, cache: BatchKVCache, rows: list[Row], proposals: li
     h = feed(target, cache, inputs, [None if prop is None else prop[1].tree_mask for prop in proposals],
              [None if prop is None else prop[1].depth for prop in proposals])
     out, all_logits = [], target.lm_head(torch.cat(h)).split([len(x) for x in h])  # one LM-head product for all rows
+    plain = [b for b, prop in enumerate(proposals) if prop is None]
+    if plain:  # the plain steps' tokens all at once, as plain decoding takes them
+        p = sampling.probs(torch.stack([all_logits[b][0] for b in plain]))
+        for b, root in zip(plain, sample_rows(p, [rows[b] for b in plain], sampling)):
+            rows[b].root = root
     for b, (r, prop) in enumerate(zip(rows, proposals)):
         logits = all_logits[b]  # (1 + T, V)
-        if prop is None:  # a plain step
-            r.root = sample(sampling.probs(logits[0]), r.generator)
+        if prop is None:
             out.append((Step([int(r.root)], [TARGET]), h[b]))
             continue
         tokens, tree, q = prop
@@ -417,35 +422,32 @@ def lookahead_batch(target: GPT, prompts: list[list[int]], sampling: Sampling, g
 # ---- speculation or batching: the policy of --method auto ------------------------------------
 
 @torch.no_grad()
-def forward_seconds(model: GPT, rows: int, tokens: int, context: int = 128, repeats: int = 5) -> float:
-    """Median seconds of one forward over `rows` rows of `tokens` new tokens each, every row after
-    `context` cached tokens (fewer if the context window is shorter; `timing.median_seconds`)."""
-    device, context = model.lm_head.weight.device, min(context, model.config.n_ctx - tokens)
-    cache = BatchKVCache.for_model(model, context + tokens, rows)
-    feed(model, cache, [torch.zeros(context, dtype=torch.long, device=device)] * rows)
-    new = [torch.zeros(tokens, dtype=torch.long, device=device)] * rows
-
-    def rewind():
-        for b in range(rows):
-            cache.truncate(b, context)
-    return median_seconds(lambda: feed(model, cache, new), device, repeats, warmup=1, setup=rewind)
-
-
-def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[int]) -> tuple[Callable, Callable]:
-    """F(rows, t): seconds of a target forward of rows x t tokens, t in `widths`; H(rows): of the
-    heads on rows hidden states. Measured at rows = 1, 2, 4, ..., max_rows, linear in between."""
+def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[int],
+                  context: int = 128) -> tuple[Callable, Callable]:
+    """F(rows, t): the seconds of a target forward over rows x t new tokens (t in `widths`), each
+    row after `context` cached tokens; H(rows): of the heads on rows hidden states. Measured at
+    rows = 1, 2, 4, ..., max_rows, all shapes in turn (`timing.interleaved_medians`), and linear
+    in between."""
     device, C = target.lm_head.weight.device, target.config.n_embd
+    context = min(context, target.config.n_ctx - max(widths))
     grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
-    F = {(r, t): forward_seconds(target, r, t) for r in grid for t in widths}
-    H = {(r, 0): median_seconds(lambda: heads(torch.zeros(r, C, device=device), target.lm_head), device, 5, 1)
-         for r in grid}
+    caches = {r: BatchKVCache.for_model(target, context + max(widths), r) for r in grid}
+    zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)
+    for r, cache in caches.items():
+        feed(target, cache, [zeros(context)] * r)
 
-    def between(table: dict, rows: int, t: int) -> float:
+    def rewind(cache):  # every timed forward starts from the same `context` cached tokens per row
+        return lambda: [cache.truncate(b, context) for b in range(cache.rows)]
+    calls = {(r, t): (partial(feed, target, caches[r], [zeros(t)] * r), rewind(caches[r])) for r in grid for t in widths}
+    calls |= {(r, 0): (partial(heads, torch.zeros(r, C, device=device), target.lm_head), None) for r in grid}
+    seconds = interleaved_medians(calls, device)  # keys (rows, 0): the heads
+
+    def between(rows: int, t: int) -> float:
         hi = next((r for r in grid if r >= rows), grid[-1])
         lo = max([r for r in grid if r <= rows], default=hi)
-        a, b = table[lo, t], table[hi, t]
+        a, b = seconds[lo, t], seconds[hi, t]
         return a if hi == lo else a + (b - a) * (rows - lo) / (hi - lo)
-    return (lambda rows, t: between(F, rows, t)), (lambda rows: between(H, rows, 0))
+    return (lambda rows, t: between(rows, t)), (lambda rows: between(rows, 0))
 
 
 class BatchPolicy:
@@ -467,17 +469,19 @@ class BatchPolicy:
     learn; so after `probe_every` plain steps it tries the smallest tree once, but only at batch
     sizes where a tree could pay at all (every guess on its deepest path right), and each probe
     that does not bring speculation back doubles the wait for the next: probes take a vanishing
-    share of the steps where speculation does not pay. costs: (F, H) as functions, instead of
-    measuring them (`measure_costs`)."""
+    share of the steps where speculation does not pay (the wait grows to 8 `probe_every` at most).
+    prior: tokens promised, and as many accepted, before any step (a = 1 until the text says
+    otherwise). costs: (F, H) as functions, instead of measuring them (`measure_costs`)."""
 
     def __init__(self, target: GPT, heads: MedusaHeads, sizes=(2, 4, 8, 16), max_rows: int = 16,
-                 decay: float = 0.9, probe_every: int = 8, costs: tuple[Callable, Callable] | None = None):
+                 decay: float = 0.9, probe_every: int = 8, prior: float = 4.0,
+                 costs: tuple[Callable, Callable] | None = None):
         device = target.lm_head.weight.device
         self.trees = {s: from_accuracies(heads.accuracy, s).to(device) for s in sizes}
         self.promise = {s: expected_accepted(from_accuracies(heads.accuracy, s), heads.accuracy.cpu()) for s in sizes}
         self.largest, self.decay, self.probe_every = max(sizes), decay, probe_every
         self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
-        self.accepted = self.promised = 1.0  # prior: a = 1, the held-out accuracies hold
+        self.accepted = self.promised = prior  # a = 1: the held-out accuracies hold
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
 
     def rate(self, size: int, rows: int, tokens: float) -> float:
@@ -497,7 +501,7 @@ class BatchPolicy:
         could_pay = self.rate(smallest, rows, 1 + self.trees[smallest].max_depth) > self.rate(0, rows, 1)
         if self.plain_steps < self.wait or not could_pay:
             return None
-        self.plain_steps, self.wait = 0, 2 * self.wait
+        self.plain_steps, self.wait = 0, min(2 * self.wait, 8 * self.probe_every)
         return self.trees[smallest]  # a probe
 
     def update(self, accepted: list[int], tree: Tree | None) -> None:
