@@ -218,12 +218,18 @@ def test_adaptive_k_is_still_exact(models):
 
 # ---- command line ---------------------------------------------------------------------------
 
+def save_target_and_draft(d, n_ctx: int = 64):
+    """A random target over the shipped tokenizer's 8192 tokens and a draft close to it, saved in d."""
+    target = random_gpt(vocab_size=8192, n_ctx=n_ctx, scale=4.0)
+    target.save(d / "target.safetensors")
+    perturbed(target, 0.3, 1).save(d / "draft.safetensors")
+    return target
+
+
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    target = random_gpt(vocab_size=8192, n_ctx=64, scale=4.0)
-    target.save(d / "target.safetensors")
-    perturbed(target, 0.3, 1).save(d / "draft.safetensors")
+    save_target_and_draft(d)
     random_gpt(vocab_size=100).save(d / "v100.safetensors")
     return d
 

@@ -3,6 +3,7 @@
     python -m tinyspec.bench --quick                      # under a minute on a CPU
     python -m tinyspec.bench --methods ar,draft:4,draft:4@block --temperatures 1 --json
     python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)
+    python -m tinyspec.bench --batch-sizes 1,2,4,8,16 --methods ar,medusa:16,auto --temperatures 0
     python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)
 
 The prompts (`tinyspec/prompts.jsonl`, made by `python -m tinyspec.data`) come from standard
@@ -21,10 +22,12 @@ held-out accuracies over the measured cost of one tree step relative to one plai
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -34,6 +37,7 @@ from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DE
                   EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k, check_rule, check_tokenizer,
                   check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model, pick_device,
                   pick_dtype, set_threads, use_attention)
+from .batch import run_batch
 from .decoding import run
 from .files import atomic_write_json
 from .sampling import Sampling
@@ -52,12 +56,12 @@ def parse_method(spec: str) -> tuple[str, str]:
     medusa:16@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
     size, _, rule = param.partition("@")
-    ok = (name == "ar" and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
+    ok = (name in ("ar", "auto") and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
         or (name in ("medusa", "eagle", "lookup") and size.isdigit()) \
         or (name == "lookahead" and re.fullmatch(r"\d+,\d+,\d+", size) is not None)
     if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K or "
-            "lookahead:W,N,G (each optionally @RULE)")
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K, "
+            "lookahead:W,N,G (each optionally @RULE) or auto (with --batch-sizes)")
     problem = check_rule(name, rule) if rule else None
     if rule and rule not in RULES:
         problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
@@ -74,8 +78,9 @@ def parse_method(spec: str) -> tuple[str, str]:
 class Runner:
     """Holds the models and runs one method over a list of prompts."""
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None):
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None, max_rows=1):
         self.target, self.draft, self.heads, self.device, self.eagle = target, draft, heads, device, eagle
+        self.max_rows = max_rows  # the largest batch, for the policy of `auto`
         self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
         self.c = cost_ratio(target, draft) if draft is not None else None
@@ -95,6 +100,8 @@ class Runner:
             rule = rule or None  # None: each temperature's default rule
             if name == "ar":
                 self.decoders[spec] = Decoder(self.target, cuda_graph=self.cuda_graph)
+            elif name == "auto":  # Medusa trees or plain steps, per step: measures forward costs now
+                self.decoders[spec] = Decoder(self.target, "auto", heads=self.heads, rule=rule, batch_size=self.max_rows)
             elif name == "draft":
                 self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if size == "auto" else int(size),
                                               rule=rule, cost=self.c)
@@ -122,6 +129,28 @@ class Runner:
                 totals[key] += getattr(res, key)
             totals["new_tokens"] += len(res.token_ids)
             totals["outputs"].append(res.token_ids)
+        return totals
+
+    def run_batches(self, spec, prompts, sampling, size: int) -> dict:
+        """The prompts `size` at a time, each batch decoded together (`batch.run_batch`); prompt i
+        samples with seed + i, as in `run`. Latency: each row's time from its batch's start."""
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[],
+                      latencies=[])
+        decoder = self.decoder(spec)
+        for first in range(0, len(prompts), size):
+            rows = prompts[first:first + size]
+            generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
+            t0 = time.perf_counter()
+            results = run_batch(decoder.batch_steps(rows, sampling, generators, self.max_new), len(rows), self.max_new)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            totals["wall_s"] += time.perf_counter() - t0
+            for res in results:
+                for key in ("target_steps", "proposed", "accepted", "rejections"):
+                    totals[key] += getattr(res, key)
+                totals["new_tokens"] += len(res.token_ids)
+                totals["outputs"].append(res.token_ids)
+                totals["latencies"].append(res.wall_s)
         return totals
 
 
@@ -212,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "when transformers is installed)")
     ap.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
                     "the draft), hf-static-compiled (static cache, compiled step; for a GPU)")
+    ap.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
+                    "each method decodes --batch-prompts prompts this many at a time (comma-separated, e.g. "
+                    "1,2,4,8,16), reporting total tokens/s and the mean latency per sequence; --methods may then "
+                    "include auto (speculate or not per step, batch.BatchPolicy)")
+    ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
+                    "turn from each category")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
     return ap
@@ -222,6 +257,12 @@ LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup =
           "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
           "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
           "decoding's, token for token")
+
+
+BATCH_LEGEND = ("tau = tokens per row per target forward, correction/bonus included; tok/s = all rows' tokens over "
+                "the wall time of all batches; latency = mean seconds from a batch's start to a row's last token; "
+                "speedup = tok/s over ar's at the same batch size in the same round (median over rounds); same = "
+                "rows whose greedy output is ar's at the smallest batch size, token for token")
 
 
 def read_prompt_rows(path: Path) -> list[dict]:
@@ -261,11 +302,11 @@ def main(argv=None) -> None:
         from .report import main as report_main
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    report = measure(args, argv)
+    report = measure_batches(args, argv) if args.batch_sizes else measure(args, argv)
     if args.plot:
         try:
-            from .plots import write_plots
-            figures = write_plots(report["rows"], args.plot)
+            from .plots import write_batch_plots, write_plots
+            figures = (write_batch_plots if args.batch_sizes else write_plots)(report["rows"], args.plot)
             print(f"figures: {', '.join(str(f) for f in figures)}", file=sys.stderr)
         except ImportError:
             print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
@@ -275,7 +316,12 @@ def main(argv=None) -> None:
         print(json.dumps(report, indent=1))
         return
     print(f"device: {report['device']}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
-          f"{args.repeats} timed pass(es). {LEGEND}")
+          f"{args.repeats} timed pass(es). {LEGEND if not args.batch_sizes else BATCH_LEGEND}")
+    if args.batch_sizes:
+        print_table(report["rows"], ["method", "temperature", "batch_size", "tau", "acceptance_rate", "tokens_per_s",
+                                     "latency_s", "speedup", "same_as_ar"],
+                    ["method", "T", "batch", "tau", "accept", "tok/s", "latency s", "speedup", "same"])
+        return
     print_table(report["rows"], ["method", "temperature", "category", "tau", "acceptance_rate", "tokens_per_s", "speedup",
                                  "predicted_speedup", "same_as_ar"],
                 ["method", "T", "category", "tau", "accept", "tok/s", "speedup", "predicted", "same"])
@@ -286,13 +332,17 @@ def main(argv=None) -> None:
                                             "same_as_tinyspec"], ["method", "T", "category", "tok/s", "tinyspec x", "same"])
 
 
-def measure(args, argv: list[str]) -> dict:
-    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
+def prepare(args):
+    """What every benchmark needs from the parsed `args`: checked settings, the prompts by category,
+    the models, and a Runner; returns (runner, specs, temperatures, prompts by category)."""
     for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
         if getattr(args, key) is None:
             setattr(args, key, value)
     methods = re.split(r",(?=[a-zA-Z])", args.methods)  # a comma before a digit is inside a spec: lookahead:7,4,7
     specs = [parse_method(m) for m in dict.fromkeys(["ar"] + methods)]
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if ("auto", "") in specs and not sizes:
+        die("--methods auto chooses between speculation and batching: it needs --batch-sizes")
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
         for t in temperatures:
@@ -333,14 +383,21 @@ def measure(args, argv: list[str]) -> dict:
     draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
     if draft is not None:
         check_tokenizer(draft, enc, "draft")
-    heads = load_heads(args.heads, target, device, dtype) if any(n == "medusa" for n, _ in specs) else None
+    heads = load_heads(args.heads, target, device, dtype) if any(n in ("medusa", "auto") for n, _ in specs) else None
     if heads is not None and heads.accuracy is None:
         die(f"{args.heads} records no head accuracies, which the benchmark's trees are built from")
     eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
-    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle)
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle,
+                    max_rows=max(sizes, default=1))
     for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
         runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
+    return runner, specs, temperatures, prompts
 
+
+def measure(args, argv: list[str]) -> dict:
+    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
+    runner, specs, temperatures, prompts = prepare(args)
+    categories, target, device = list(prompts), runner.target, runner.device
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
     total = len(specs) * len(temperatures) * len(categories) * args.repeats
@@ -366,11 +423,77 @@ def measure(args, argv: list[str]) -> dict:
         peak = copy_bandwidth(device)
         for row in out:
             row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
+    return report_of(args, argv, runner, out) | {"huggingface": peers}
+
+
+def report_of(args, argv, runner, rows) -> dict:
+    device, dtype = runner.device, runner.target.lm_head.weight.dtype
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     return {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
-            "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats, "command": "python -m tinyspec.bench " + " ".join(argv), "rows": out,
-            "huggingface": peers}
+            "torch": torch.__version__, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "command": "python -m tinyspec.bench " + " ".join(argv), "rows": rows}
+
+
+def parse_batch_sizes(text: str | None) -> list[int]:
+    if text is None:
+        return []
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        sizes = [0]
+    if min(sizes) < 1 or len(set(sizes)) < len(sizes):
+        die(f"--batch-sizes must be distinct positive integers, comma-separated, e.g. 1,2,4,8,16; got {text!r}")
+    return sorted(sizes)
+
+
+def interleaved(prompts: dict[str, list], n: int) -> list:
+    """The first n prompts, taken in turn from each category: code, docs, structured, code, ..."""
+    out = [p for group in itertools.zip_longest(*prompts.values()) for p in group if p is not None][:n]
+    if len(out) < n:
+        die(f"--batch-prompts {n}: only {len(out)} prompts in these categories; raise --prompts-per-category")
+    return out
+
+
+def measure_batches(args, argv: list[str]) -> dict:
+    """The speculation-versus-batching curve: every method at every batch size of --batch-sizes,
+    each decoding the same --batch-prompts prompts `size` at a time. Per method and size: total
+    tokens/s, mean latency per sequence, tau, and the speedup over `ar` at the same batch size."""
+    if args.prompts_per_category is None:  # enough of each category to take --batch-prompts in turn
+        args.prompts_per_category = -(-args.batch_prompts // len(args.categories.split(",")))
+    runner, specs, temperatures, by_category = prepare(args)
+    sizes, prompts = parse_batch_sizes(args.batch_sizes), interleaved(by_category, args.batch_prompts)
+    for spec in specs:  # warm-up (auto's policy measures its forward costs here, once)
+        runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
+    out, bar = [], tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
+    rate = lambda p: p["new_tokens"] / p["wall_s"]
+    for temperature in temperatures:
+        passes = {(spec, size): [] for spec in specs for size in sizes}
+        for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+            for size in sizes:
+                for spec in specs:
+                    passes[spec, size].append(runner.run_batches(spec, prompts, Sampling(temperature), size))
+                    bar.update(1)
+        for size in sizes:
+            for spec in specs:
+                mine, ar, first = passes[spec, size], passes[("ar", ""), size], passes[spec, size][0]
+                row = {"method": spec[0] + (f":{spec[1]}" if spec[1] else ""), "temperature": temperature,
+                       "batch_size": size, "prompts": len(prompts), "new_tokens": first["new_tokens"],
+                       "tau": round(first["new_tokens"] / first["target_steps"], 3),
+                       "acceptance_rate": round(first["accepted"] / first["proposed"], 4) if first["proposed"] else None,
+                       "tokens_per_s": round(statistics.median(map(rate, mine)), 2),
+                       "latency_s": round(statistics.median(statistics.mean(p["latencies"]) for p in mine), 4),
+                       "speedup": round(statistics.median(rate(p) / rate(a) for p, a in zip(mine, ar)), 3)}
+                if temperature == 0:  # greedy: the rows whose output is ar's at the smallest batch size
+                    row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], passes[("ar", ""), sizes[0]][0]["outputs"]))
+                out.append(row)
+    bar.close()
+    report = report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
+    if ("auto", "") in specs:  # what the policy measured: ms of a target forward of rows x tokens, and of the heads
+        policy = runner.decoder(("auto", "")).policy
+        widths = [1] + [1 + s for s in policy.trees]
+        report["forward_ms"] = {f"{r}x{t}": round(policy.F(r, t) * 1e3, 3) for r in sizes for t in widths}
+        report["heads_ms"] = {str(r): round(policy.H(r) * 1e3, 3) for r in sizes}
+    return report
 
 
 def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:

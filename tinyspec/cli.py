@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .batch import (BatchPolicy, autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
+                    speculative_batch)
 from .decoding import autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
@@ -223,21 +225,24 @@ def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
 
 class Decoder:
     """One decoding method over loaded models: `steps(prompt, ...)` is its decoding loop for one
-    prompt. The caches (and, with cuda_graph, the recorded forwards) are made once, here, and
-    every prompt reuses them: recording a CUDA graph costs several forwards.
+    prompt, `batch_steps(prompts, ...)` its batched loop (batch.py) for several at once. The
+    caches of batch 1 (and, with cuda_graph, the recorded forwards) are made once, here, and
+    every prompt reuses them: recording a CUDA graph costs several forwards. A batch makes its own.
 
     method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
     `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
-    dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`) or
-    "lookahead" (with `window`, `ngram` and `guesses`). rule: the acceptance rule's name
-    (verify.RULES); default greedy at temperature 0, else lossless (pointmass for lookup and
-    lookahead, whose guesses are not sampled). cost: the draft's cost ratio c, for k = "auto"."""
+    dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`),
+    "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (batched only: Medusa `heads`
+    with a tree chosen per step by `batch.BatchPolicy`, measured here for batches of up to
+    `batch_size` rows). rule: the acceptance rule's name (verify.RULES); default greedy at
+    temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
+    sampled). cost: the draft's cost ratio c, for k = "auto"."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
                  cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
                  eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16), max_ngram: int = 3,
-                 window: int = 3, ngram: int = 3, guesses: int = 2):
+                 window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
         self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
         self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
@@ -251,35 +256,53 @@ class Decoder:
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
         if method == "eagle":  # the head's cache also holds the nodes one step expands
             self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
+        self.policy = BatchPolicy(target, heads, max_rows=batch_size) if method == "auto" else None  # measures costs
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
-        limit = len(prompt) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
+        return self.loop(False, [prompt], sampling, [generator], max_new_tokens)
+
+    def batch_steps(self, prompts: list[list[int]], sampling, generators: list, max_new_tokens: int):
+        """The batched loop (drive it with `batch.run_batch`): prompt i is row i, generators[i] its own."""
+        return self.loop(True, prompts, sampling, generators, max_new_tokens)
+
+    def loop(self, batched: bool, prompts, sampling, generators, max_new_tokens: int):
+        limit = max(map(len, prompts)) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
         draft_free = self.method in ("lookup", "lookahead")
         rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
+        inputs = (prompts, sampling, generators) if batched else (prompts[0], sampling, generators[0])
+        cache = {} if batched else {"cache": self.cache}  # a batch makes its own BatchKVCache
+        t = self.target
+        if self.method == "auto" and not batched:
+            raise ValueError("--method auto is a batched loop: use batch_steps")
         if self.method == "lookup":
-            return lookup(self.target, prompt, sampling, generator, min(self.n_ctx, limit + self.k + 1), self.k,
-                          self.max_ngram, rule, self.cache)
+            return (lookup_batch if batched else lookup)(t, *inputs, min(self.n_ctx, limit + self.k + 1), self.k,
+                                                         self.max_ngram, rule, **cache)
         if self.method == "lookahead":
             size = (self.window + self.guesses) * (self.ngram - 1)  # the most tokens one step feeds
-            return lookahead(self.target, prompt, sampling, generator, min(self.n_ctx, limit + size), self.window,
-                             self.ngram, self.guesses, rule, self.cache)
-        if self.method == "medusa":
-            max_len = min(self.n_ctx, limit + len(self.tree) + 1)
-            return medusa(self.target, self.heads, prompt, sampling, generator, max_len, self.tree, rule,
-                          self.cache, self.forward)
+            return (lookahead_batch if batched else lookahead)(t, *inputs, min(self.n_ctx, limit + size), self.window,
+                                                               self.ngram, self.guesses, rule, **cache)
+        if self.method in ("medusa", "auto"):
+            max_len = min(self.n_ctx, limit + (self.policy.largest if self.policy else len(self.tree)) + 1)
+            if batched:
+                return medusa_batch(t, self.heads, *inputs, max_len, self.policy or self.tree, rule)
+            return medusa(t, self.heads, *inputs, max_len, self.tree, rule, self.cache, self.forward)
         if self.method == "eagle":
             nodes = len(self.tree) if self.tree is not None else self.eagle_tree[2]
             k, depth, _ = self.eagle_tree
-            return eagle(self.target, self.heads, prompt, sampling, generator, min(self.n_ctx, limit + nodes + 1), rule,
-                         k, depth, nodes, self.tree, self.cache, self.draft_cache)
+            args = (min(self.n_ctx, limit + nodes + 1), rule, k, depth, nodes, self.tree)
+            if batched:
+                return eagle_batch(t, self.heads, *inputs, *args)
+            return eagle(t, self.heads, *inputs, *args, self.cache, self.draft_cache)
         if self.method == "draft":
             k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
-            k_ahead = self.k_max if self.k == "auto" else self.k
+            max_len = min(self.n_ctx, limit + (self.k_max if self.k == "auto" else self.k))
             # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
             accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-            return speculative(self.target, self.draft, prompt, sampling, generator, min(self.n_ctx, limit + k_ahead),
-                               k, (self.cache, self.draft_cache), accept)
-        return autoregressive(self.target, prompt, sampling, generator, min(self.n_ctx, limit), self.cache, self.forward)
+            caches = None if batched else (self.cache, self.draft_cache)
+            return (speculative_batch if batched else speculative)(t, self.draft, *inputs, max_len, k, caches, accept)
+        if batched:
+            return autoregressive_batch(t, *inputs, min(self.n_ctx, limit))
+        return autoregressive(t, *inputs, min(self.n_ctx, limit), self.cache, self.forward)
 
 
 def check_rule(method: str, rule: str | None) -> str | None:
@@ -288,7 +311,7 @@ def check_rule(method: str, rule: str | None) -> str | None:
         return None
     if method == "ar":
         return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa, eagle, lookup or lookahead"
-    if method in ("medusa", "eagle", "lookahead") and rule in CHAIN_ONLY:
+    if method in ("medusa", "eagle", "lookahead", "auto") and rule in CHAIN_ONLY:
         return f"the {rule} rule verifies a chain (the draft method), not a tree"
     if method in ("lookup", "lookahead") and rule in SAMPLED:
         return f"the {rule} rule needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"

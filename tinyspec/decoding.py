@@ -140,7 +140,7 @@ def run(steps: Iterator[Step], max_new_tokens: int, stop_id: int | None = None,
     t0 = time.perf_counter()
     try:
         for step in steps:
-            reason = _take(res, step, max_new_tokens, stop_id, on_step)
+            reason = take(res, step, max_new_tokens, stop_id, on_step)
             if reason:
                 break
     except KeyboardInterrupt:
@@ -152,7 +152,7 @@ def run(steps: Iterator[Step], max_new_tokens: int, stop_id: int | None = None,
     return res
 
 
-def _take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_step) -> str | None:
+def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_step) -> str | None:
     """Add one step's tokens to the result, up to the budget or end of text; returns the stop
     reason if the run ends here."""
     res.target_steps += 1

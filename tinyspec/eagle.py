@@ -280,6 +280,26 @@ def expanded_at_most(k: int, depth: int, nodes: int, tree: Tree | None = None) -
     return len(tree) if tree is not None else max(nodes, k * (depth - 1))
 
 
+def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, k: int, depth: int, nodes: int, sampled: bool,
+               sampling: Sampling, generator):
+    """Steps 0-1 of an EAGLE step: the head reads the pending pairs and drafts a tree, static
+    (`tree`), sampled, or EAGLE-2's dynamic one; its cache then drops the tree again. Returns
+    (tokens (T,), the tree, q (T+1, V) or None)."""
+    root_logits = drafter.catch_up(*pending)  # 0. the head reads the target's true features
+    q = None  # 1. the draft tree
+    if tree is not None:
+        tokens, q = fill_static_tree(tree, root_logits, drafter.expand, sampled, sampling, generator)
+    else:
+        if sampled:
+            parents, tokens, q = grow_sampled_tree(root_logits, drafter.expand, k, depth, nodes, sampling, generator)
+        else:
+            parents, tokens = grow_tree(root_logits, drafter.expand, k, depth, nodes)
+        device = root_logits.device  # the tree is built on the CPU: move it only where that is not the device
+        tree = Tree(tuple(parents)) if device.type == "cpu" else Tree(tuple(parents)).to(device)
+    drafter.rollback()
+    return tokens, tree, q
+
+
 @torch.no_grad()
 def eagle(target: GPT, head: EagleHead, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
           max_len: int, rule: str = "greedy", k: int = DEFAULT_TOPK, depth: int = DEFAULT_DEPTH, nodes: int = 16,
@@ -317,19 +337,7 @@ def eagle(target: GPT, head: EagleHead, prompt: list[int], sampling: Sampling, g
             root = nxt
             yield Step([int(root)], [TARGET])
             continue
-        root_logits = drafter.catch_up(*pending)  # 0. the head reads the target's true features
-        q = None  # 1. the draft tree
-        if tree is not None:
-            step_tree = tree
-            tokens, q = fill_static_tree(tree, root_logits, drafter.expand, sampled, sampling, generator)
-        elif sampled:
-            parents, tokens, q = grow_sampled_tree(root_logits, drafter.expand, k, depth, nodes, sampling, generator)
-        else:
-            parents, tokens = grow_tree(root_logits, drafter.expand, k, depth, nodes)
-        if tree is None:
-            step_tree = Tree(tuple(parents))  # built on the CPU: move it only where that is not the device
-            step_tree = step_tree if device.type == "cpu" else step_tree.to(device)
-        drafter.rollback()
+        tokens, step_tree, q = draft_tree(drafter, pending, tree, k, depth, nodes, sampled, sampling, generator)  # 0-1.
         # 2-4. one target forward over root and tree, the rule, the target cache compacted to the accepted path
         step, root, hidden = verify_tree(target, cache, root, tokens, step_tree, RULES[rule], sampling, q, generator)
         pending = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of root and accepted path

@@ -7,11 +7,12 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --k 4 --show
     python -m tinyspec.generate --prompt-file prompts.jsonl --json
+    python -m tinyspec.generate --prompt-file prompts.jsonl --batch-size 8 --method auto
 
 The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model), `medusa.py`
 (Medusa trees), `eagle.py` (EAGLE), `lookup.py` and `lookahead.py` (no draft at all), with the
-acceptance rules in `verify.py`; this file reads prompts and flags, loads the models (`cli.py`),
-and streams text or prints JSON.
+acceptance rules in `verify.py`, and all of them batched in `batch.py` (--batch-size); this file
+reads prompts and flags, loads the models (`cli.py`), and streams text or prints JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DE
                   EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k,
                   check_prompts, check_rule, check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
                   pick_device, pick_dtype, set_threads, use_attention, use_colour)
+from .batch import run_batch
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
 from .model import GPT
@@ -95,7 +97,7 @@ class Printer:
 
 # flags only some methods read
 METHOD_FLAGS = {"k": ("draft", "lookup"), "max_ngram": ("lookup",), "window": ("lookahead",),
-                "ngram": ("lookahead",), "guesses": ("lookahead",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa",),
+                "ngram": ("lookahead",), "guesses": ("lookahead",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa", "auto"),
                 "tree": ("medusa", "eagle"), "tree_nodes": ("medusa", "eagle"), "eagle": ("eagle",),
                 "eagle_topk": ("eagle",), "eagle_depth": ("eagle",)}
 
@@ -109,12 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="UTF-8 file: JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
                     "<|endoftext|>, or when the context window is full)")
-    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle", "lookup", "lookahead"], default="ar",
+    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle", "lookup", "lookahead", "auto"], default="ar",
                     help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
                     "medusa: Medusa heads propose a tree, verified in one target pass; eagle: an EAGLE head drafts "
                     "the target's features and grows a tree (EAGLE-2), verified in one target pass; lookup: prompt "
                     "lookup, the text's own earlier continuation of its last tokens is the proposal; lookahead: "
-                    "n-grams from the target's own Jacobi iterations, made and verified in the same pass")
+                    "n-grams from the target's own Jacobi iterations, made and verified in the same pass; auto: Medusa "
+                    "where it pays at the batch's size and the running acceptance, plain decoding where it does not "
+                    "(measures forward costs first, a few seconds; batched, see --batch-size)")
+    ap.add_argument("--batch-size", type=int, default=1, help="decode the prompts B at a time: the B rows share "
+                    "every forward, each accepts its own proposals, and each row's output is its batch-1 output; each "
+                    "prompt's text is printed when its batch is done")
     ap.add_argument("--k", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the running "
                     "acceptance rate and the measured draft/target cost (default: 4); lookup: tokens looked up per "
                     "step (1-16, default: 8)")
@@ -266,8 +273,13 @@ def generate(args) -> None:
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
-    if args.cuda_graph and (device.type != "cuda" or args.method not in ("ar", "medusa") or args.attn == "triton"):
-        die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, and --attn torch")
+    if args.cuda_graph and (device.type != "cuda" or args.method not in ("ar", "medusa") or args.attn == "triton"
+                            or args.batch_size > 1):
+        die("--cuda-graph needs a CUDA device (--device cuda), --method ar or medusa, --attn torch and batch size 1")
+    if args.batch_size < 1:
+        die(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.attn == "triton" and (args.batch_size > 1 or args.method == "auto"):
+        die("--attn triton takes one mask for all rows; a batch, whose rows have their own lengths, needs --attn torch")
     prompts = read_prompts(args)
     enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
@@ -279,6 +291,10 @@ def generate(args) -> None:
         check_tokenizer(draft, enc, "draft")
     if args.method == "medusa":
         heads, tree = load_heads_and_tree(args, model, device, dtype)
+    if args.method == "auto":
+        heads = load_heads(args.heads or DEFAULT_HEADS, model, device, dtype)
+        if heads.accuracy is None:
+            die(f"{args.heads or DEFAULT_HEADS} records no head accuracies, which --method auto builds its trees from")
     eagle_tree = None
     if args.method == "eagle":
         heads, tree, nodes = load_eagle_and_tree(args, model, device, dtype)
@@ -295,17 +311,14 @@ def generate(args) -> None:
     check_prompts(encoded, n_ctx)
     c = cost_ratio(model, draft) if k == "auto" else None
     decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
-                      k_max=8 if args.k_max is None else args.k_max, **({"eagle_tree": eagle_tree} if eagle_tree else {}), **free)
+                      k_max=8 if args.k_max is None else args.k_max, batch_size=args.batch_size,
+                      **({"eagle_tree": eagle_tree} if eagle_tree else {}), **free)
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
-    for prompt, ids in zip(prompts, encoded):
-        generator = torch.Generator(device=device).manual_seed(args.seed)
-        steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
-        printer = None if args.json else Printer(enc, colour=colour)
-        if printer:
-            print(prompt, end="", flush=True)
-        res = run(steps, args.max_new_tokens, enc.eot_token, printer, device)
-        stats = res.stats()
+
+    def report(prompt: str, res, printer: Printer | None, extra: dict) -> None:
+        nonlocal peak
+        stats = res.stats() | extra
         # Each target forward reads every weight once, however many tokens it scores: bytes x
         # forwards / s is the memory traffic the step achieves, the bound a small model decodes at.
         weight_traffic = weight_bytes(model) * res.target_steps / max(res.wall_s, 1e-9)  # bytes per second
@@ -331,6 +344,31 @@ def generate(args) -> None:
             print("[interrupted]", file=sys.stderr)
             raise SystemExit(130)
 
+    if args.batch_size > 1 or args.method == "auto":  # rows decoded together; each printed when its batch is done
+        for first in range(0, len(prompts), args.batch_size):
+            rows = encoded[first:first + args.batch_size]
+            generators = [torch.Generator(device=device).manual_seed(args.seed) for _ in rows]  # as each alone
+            results = run_batch(decoder.batch_steps(rows, sampling, generators, args.max_new_tokens), len(rows),
+                                args.max_new_tokens, enc.eot_token)
+            tokens, wall = sum(len(r.token_ids) for r in results), max(r.wall_s for r in results)
+            together = dict(batch_size=len(rows), latency_s=None, batch_tokens_per_s=round(tokens / max(wall, 1e-9), 2))
+            for prompt, res in zip(prompts[first:], results):
+                printer = None if args.json else Printer(enc, colour=colour)
+                if printer:
+                    print(prompt, end="")
+                    printer(Step(res.token_ids, res.sources))
+                report(prompt, res, printer, together | {"latency_s": round(res.wall_s, 4)})
+            if not args.json:
+                print(f"[batch of {len(rows)}: {tokens} tokens in {wall:.2f}s, {tokens / max(wall, 1e-9):.1f} tokens/s "
+                      "together; each row's time above is its latency]", file=sys.stderr)
+        return
+    for prompt, ids in zip(prompts, encoded):
+        generator = torch.Generator(device=device).manual_seed(args.seed)
+        steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
+        printer = None if args.json else Printer(enc, colour=colour)
+        if printer:
+            print(prompt, end="", flush=True)
+        report(prompt, run(steps, args.max_new_tokens, enc.eot_token, printer, device), printer, {})
 
 if __name__ == "__main__":
     main()

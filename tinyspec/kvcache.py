@@ -76,3 +76,134 @@ class KVCache:
         self.k[:, :, :, start:end] = self.k.index_select(3, slots)
         self.v[:, :, :, start:end] = self.v.index_select(3, slots)
         self.length = end
+
+
+class BatchKVCache:
+    """The cache of B independent sequences (rows) that share each forward; row b's slots
+    [0, lengths[b]) are valid. Keys and values (n_layer, B, n_head, max_len, head_dim), as in
+    `KVCache`, but every row has its own length: rows accept different numbers of tokens each
+    step, and prompts of different lengths share one batch.
+
+    A forward feeds the same number T of tokens to every row (a row that has fewer is padded at
+    the end). Row b writes its T at its own slots [lengths[b], lengths[b] + T), so the new tokens
+    of different rows sit at different slots; `mask` tells each row's tokens which slots are
+    theirs to see. Afterwards `truncate(b, n)` and `keep(b, slots)` work on one row as `KVCache`'s
+    do on the whole cache (padding is dropped like a rejected proposal), and `select(rows)` lets
+    finished rows leave: the rows that go on move down to 0, 1, ..., so every later forward
+    computes only for them.
+
+    Example, two rows, lengths [3, 5], each fed T = 2 new tokens a, b (row 0) and c, d (row 1):
+
+        slot     0  1  2  3  4  5  6      mask of row 0 (rows: a, b)   mask of row 1 (c, d)
+        row 0    x  x  x  a  b  .  .       1 1 1 1 . . .                1 1 1 1 1 1 .
+        row 1    y  y  y  y  y  c  d       1 1 1 1 1 . .                1 1 1 1 1 1 1
+    """
+
+    def __init__(self, n_layer: int, n_head: int, head_dim: int, max_len: int, batch: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+        shape = (n_layer, batch, n_head, max_len, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.max_len = max_len
+        self.lengths = [0] * batch  # one per live row; rows that left the batch are gone from the list
+        self._where = (None, None)  # (lengths, T) of the last update, and the slots it wrote
+
+    @classmethod
+    def for_model(cls, model, max_len: int, batch: int) -> "BatchKVCache":
+        cfg, w = model.config, model.transformer.wte.weight
+        return cls(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, max_len, batch, w.device, w.dtype)
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
+
+    def reset(self, rows: int) -> None:
+        """Empty the cache and make `rows` rows live (at most the batch it was made for)."""
+        if rows > self.k.shape[1]:
+            raise ValueError(f"this cache holds {self.k.shape[1]} rows, not {rows}")
+        self.lengths = [0] * rows
+
+    def positions(self, offsets: torch.Tensor) -> torch.Tensor:
+        """(B, T) positions of the new tokens: each row's length plus offsets (T,) or (B, T) (0, 1, ...
+        for a sequence, the depths for a tree)."""
+        return torch.tensor(self.lengths, device=self.k.device)[:, None] + offsets
+
+    def mask(self, new_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, keys) bool for `GPT.hidden`: row b's new tokens see the row's own lengths[b]
+        cached slots, and among themselves what `new_mask` (T, T), or its row (B, T, T), allows;
+        keys = max(lengths) + T. The slots of another row's longer prefix are hidden."""
+        B, T = self.rows, new_mask.shape[-1]
+        lengths = torch.tensor(self.lengths, device=self.k.device)[:, None]  # (B, 1)
+        rel = torch.arange(max(self.lengths) + T, device=self.k.device) - lengths  # (B, keys): key j is new token j - L_b
+        among_new = new_mask.expand(B, T, T).gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, -1))  # (B, T, keys)
+        return (rel < 0)[:, None, :] | (among_new & (rel < T)[:, None, :])
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write each row's T new keys/values (B, H, T, D) at its slots [lengths[b], lengths[b] + T);
+        return views of slots [0, max(lengths) + T) of the live rows."""
+        B, T = k.shape[0], k.shape[2]
+        end = max(self.lengths) + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache is full: {end} slots needed, {self.max_len} allocated")
+        if self._where[0] != (self.lengths, T):  # the same for every layer of a forward: made once
+            slots = torch.tensor(self.lengths, device=k.device)[:, None] + torch.arange(T, device=k.device)  # (B, T)
+            self._where = ((list(self.lengths), T), (torch.arange(B, device=k.device)[:, None], slots))
+        rows, slots = self._where[1]
+        self.k[layer][rows, :, slots] = k.transpose(1, 2)  # indexed (B, T, H, D): row b's token t at its own slot
+        self.v[layer][rows, :, slots] = v.transpose(1, 2)
+        return self.k[layer, :B, :, :end], self.v[layer, :B, :, :end]
+
+    def advance(self, n: int) -> None:
+        """Every row wrote n entries (`GPT.hidden` calls this once all layers have)."""
+        self.lengths = [length + n for length in self.lengths]
+
+    def truncate(self, row: int, n: int) -> None:
+        """Row `row` keeps its first n slots (as `KVCache.truncate`)."""
+        if not 0 <= n <= self.lengths[row]:
+            raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
+        self.lengths[row] = n
+
+    def keep(self, row: int, slots) -> None:
+        """Row `row` keeps slots [0, s0) and then exactly `slots`, moved down (as `KVCache.keep`)."""
+        slots = torch.as_tensor(slots, dtype=torch.long)
+        start, length = int(slots[0]), self.lengths[row]
+        if slots[-1] >= length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
+            raise ValueError(f"keep() needs ascending slots below length {length} of row {row}, got {slots.tolist()}")
+        end = start + slots.numel()
+        slots = slots.to(self.k.device)
+        self.k[:, row, :, start:end] = self.k[:, row].index_select(2, slots)  # index_select copies first
+        self.v[:, row, :, start:end] = self.v[:, row].index_select(2, slots)
+        self.lengths[row] = end
+
+    def select(self, rows: list[int]) -> None:
+        """Only `rows` (ascending indices of live rows) go on; they move down to rows 0, 1, ... in
+        that order, so the next forward computes for them alone."""
+        if list(rows) != sorted(set(rows)) or (rows and not 0 <= rows[0] <= rows[-1] < self.rows):
+            raise ValueError(f"select() needs ascending live rows below {self.rows}, got {list(rows)}")
+        for new, old in enumerate(rows):  # in ascending order a row moves down onto one already moved or gone
+            if new != old:
+                n = self.lengths[old]
+                self.k[:, new, :, :n] = self.k[:, old, :, :n]
+                self.v[:, new, :, :n] = self.v[:, old, :, :n]
+        self.lengths = [self.lengths[r] for r in rows]
+
+    def row(self, row: int) -> "CacheRow":
+        return CacheRow(self, row)
+
+
+class CacheRow:
+    """One row of a `BatchKVCache` with the one-sequence interface (`length`, `truncate(n)`,
+    `keep(slots)`), so code written for a `KVCache` (`decoding.accept_tree`) runs on it unchanged."""
+
+    def __init__(self, cache: BatchKVCache, row: int):
+        self.cache, self.index = cache, row
+
+    @property
+    def length(self) -> int:
+        return self.cache.lengths[self.index]
+
+    def truncate(self, n: int) -> None:
+        self.cache.truncate(self.index, n)
+
+    def keep(self, slots) -> None:
+        self.cache.keep(self.index, slots)

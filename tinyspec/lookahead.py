@@ -134,12 +134,25 @@ def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: li
 
     grid: levels x W tokens, grid[0][0] the root (not yet in the cache); nodes, tree: the trie
     below the root (tree None: no n-gram starts with the root, the step verifies nothing)."""
-    device = target.lm_head.weight.device
-    L, levels, W = cache.length, len(grid), len(grid[0])
-    window = levels * W
-    x = torch.tensor([t for row in grid for t in row] + nodes, device=device)  # (window + T,)
-    new_mask, offsets, rows = step_mask(levels, W, tree, device)
+    L = cache.length
+    x, new_mask, offsets, rows = step_inputs(grid, nodes, tree, target.lm_head.weight.device)
     h = target.hidden(x[None], positions=L + offsets, cache=cache, attn_mask=prefix_mask(new_mask, L))[0]  # (n, C)
+    return step_outputs(target, cache, L, grid, x, h, rows, tree, accept, sampling, generator)
+
+
+def step_inputs(grid: list[list[int]], nodes: list[int], tree: Tree | None, device):
+    """What one step feeds: the tokens x (n,) of the window and the trie, and from `step_mask` the
+    mask among them, their position offsets and the indices of the root and the trie's nodes."""
+    x = torch.tensor([t for row in grid for t in row] + nodes, device=device)  # (window + T,)
+    return (x, *step_mask(len(grid), len(grid[0]), tree, device))
+
+
+def step_outputs(target: GPT, cache, L: int, grid: list[list[int]], x: torch.Tensor, h: torch.Tensor, rows, tree,
+                 accept, sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
+    """The rest of `lookahead_step` once the forward has given h (n, C), the hidden states of x:
+    the top level's outputs, then the trie judged by the rule and the cache (length L before the
+    forward) compacted to the accepted path, or without a trie the root's own step."""
+    window, W = len(grid) * len(grid[0]), len(grid[0])
     top = target.lm_head(h[window - W:window]).argmax(-1).tolist()  # each top guess's successor
     if tree is None:  # nothing to verify: the root's own step
         root = sample(sampling.probs(target.lm_head(h[0])), generator)
@@ -174,6 +187,12 @@ def slide(grid: list[list[int]], top: list[int], root: int, ngram: int, fill: Ca
     return rows
 
 
+def filler(prompt: list[int]) -> Callable[[], int]:
+    """A new column's first guess: any prompt token (the iterations fix it), from a fixed seed."""
+    rng = random.Random(0)
+    return lambda: rng.choice(prompt)
+
+
 @torch.no_grad()
 def lookahead(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
               window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy", cache: KVCache | None = None,
@@ -190,8 +209,7 @@ def lookahead(target: GPT, prompt: list[int], sampling: Sampling, generator: tor
     cache = cache if cache is not None else KVCache.for_model(target, max_len)
     cache.truncate(0)
     pool = pool if pool is not None else NgramPool(guesses)
-    rng = random.Random(0)
-    fill = lambda: rng.choice(prompt)  # a new column's first guess: any prompt token (the iterations fix it)
+    fill = filler(prompt)
     logits = target(torch.tensor([prompt], device=device), cache=cache)[0][0, -1]  # prefill
     root = sample(sampling.probs(logits), generator)  # the first new token: plain decoding
     yield Step([int(root)], [TARGET])

@@ -13,7 +13,9 @@ input rather than a second code path:
   keys and values at its length; the fixed-shape writer of `fastpath.py` writes them at slots
   given on the device, so that a CUDA graph can replay the step;
 - `attn_mask` (T, keys): which keys each new token may see. `prefix_mask` builds the usual one:
-  the whole cached prefix, then a (T, T) mask among the new tokens (causal, or a tree's).
+  the whole cached prefix, then a (T, T) mask among the new tokens (causal, or a tree's). With
+  several independent sequences in one batch, each row has its own cached length and so its own
+  mask, (B, T, keys) (`kvcache.BatchKVCache.mask`).
 
 It returns the final hidden states; `forward` adds the LM head. Medusa's heads and EAGLE's
 draft head predict from those hidden states.
@@ -160,8 +162,9 @@ class GPT(nn.Module):
             the cache (an error if they pass the context window).
         cache: a `KVCache` (or anything with `update` and `advance`): the new tokens attend to
             the keys it returns, and it keeps theirs.
-        attn_mask: (T, keys) bool, True where new token i may see key j; default: causal (all of
-            the cached prefix, then causal among the new tokens)."""
+        attn_mask: (T, keys) bool, True where new token i may see key j, the same for every row,
+            or (B, T, keys), one per row; default: causal (all of the cached prefix, then causal
+            among the new tokens)."""
         B, T = idx.shape
         if positions is None:
             L = cache.length if cache is not None else 0
@@ -170,6 +173,8 @@ class GPT(nn.Module):
             positions = torch.arange(L, L + T, device=idx.device)
         if attn_mask is None and T > 1 and cache is not None and cache.length > 0:
             attn_mask = prefix_mask(causal_mask(T, idx.device), cache.length)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask[:, None]  # (B, 1, T, keys): each row its own, the same for every head
         mask = self.attention.prepare(attn_mask, T)  # once per forward, not per layer
         x = self.transformer.wte(idx) + self.transformer.wpe(positions)
         for layer, block in enumerate(self.transformer.h):

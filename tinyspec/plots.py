@@ -65,3 +65,34 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
         ax.legend(fontsize=7)
         save(fig, "predicted_vs_measured.png")
     return written
+
+
+def write_batch_plots(rows: list[dict], directory: str | Path) -> list[Path]:
+    """The speculation-versus-batching curve of `bench --batch-sizes`: batch_throughput.png (total
+    tokens/s against batch size, per method) and batch_speedup.png (over ar at the same batch size)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, key, label in (("batch_throughput.png", "tokens_per_s", "tokens/s, all rows together"),
+                             ("batch_speedup.png", "speedup", "speedup over ar at the same batch size")):
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for t in sorted({r["temperature"] for r in rows}):
+            for method in dict.fromkeys(r["method"] for r in rows):
+                pts = sorted((r["batch_size"], r[key]) for r in rows if r["method"] == method and r["temperature"] == t)
+                style = dict(lw=2.5, color="black") if method == "auto" else {}
+                ax.plot(*zip(*pts), marker="o", label=f"{method}, T={t:g}", **style)
+        if key == "speedup":
+            ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="batch size (rows per forward)", ylabel=label, title="Speculation vs batching")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+    return written

@@ -38,6 +38,26 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int 
     return statistics.median(times)
 
 
+def interleaved_medians(calls: dict, device: torch.device, rounds: int = 7) -> dict:
+    """Median seconds of each of several calls, timed in turn, one call each per round (round 0
+    only warms up), so that a slow spell of a shared machine hits every call alike instead of
+    all the repeats of one. calls: {key: (fn, setup or None)}; setup runs untimed before fn."""
+    times = {key: [] for key in calls}
+    for r in range(rounds + 1):
+        for key, (fn, setup) in calls.items():
+            if setup is not None:
+                setup()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if r:
+                times[key].append(time.perf_counter() - t0)
+    return {key: statistics.median(t) for key, t in times.items()}
+
+
 def copy_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
     """Bytes per second (read + write) of a large copy within `device`'s memory: the practical
     peak that a memory-bound step can be held against (a data sheet's figure is never reached)."""

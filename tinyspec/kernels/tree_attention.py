@@ -361,6 +361,9 @@ class TreeAttention:
     whose masks also hide unwritten slots, refuse it."""
 
     def prepare(self, attn_mask: torch.Tensor | None, T: int):
+        if attn_mask is not None and attn_mask.dim() != 2:  # rows of a batch, each with its own cached length
+            raise ValueError("the tree-attention kernel takes one prefix mask for all rows; a batch of "
+                             "sequences of different lengths attends with SDPA (--attn torch)")
         return None if attn_mask is None else pack_tree_mask(attn_mask[:, -T:])
 
     def __call__(self, q, k, v, packed_mask):
