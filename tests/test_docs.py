@@ -24,7 +24,13 @@ from tinyspec.cli import WEIGHTS
 ROOT = WEIGHTS.parent
 DOCS = [ROOT / "README.md", ROOT / "walkthrough.md"]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
-INLINE = re.compile(r"`([^`\n]+)`")
+INLINE = re.compile(r"`([^`]+)`")
+
+
+def unquoted(doc) -> str:
+    """A document's text with the quote markers of its boxes removed (their code and spans may
+    run over several quoted lines)."""
+    return re.sub(r"^> ?", "", doc.read_text(), flags=re.M)
 
 
 def quick(argv) -> bool:
@@ -42,7 +48,7 @@ def shown_commands():
     dropped) or in an inline code span."""
     found = []
     for doc in DOCS:
-        text = doc.read_text()
+        text = unquoted(doc)
         for block in FENCE.findall(text):
             for line in block.splitlines():
                 for part in line.split("#")[0].split("&&"):
@@ -181,7 +187,7 @@ def cli_flags() -> set[str]:
     """Every --flag of every command (subcommands included)."""
     import argparse
     flags = set()
-    for module in ("generate", "bench", "train", "course", "data", "report", "kernels.bench"):
+    for module in ("generate", "bench", "train", "course", "data", "report", "kernels.bench", "figures"):
         parsers = [importlib.import_module(f"tinyspec.{module}").build_parser()]
         while parsers:
             parser = parsers.pop()
@@ -264,7 +270,7 @@ def references(text: str):
         else:
             ok = name in defined[path] or name.split(".")[0] in defined[path]
             yield "reference", m.group(0), None if ok else f"{path} defines no {name}"
-    for span in INLINE.findall(prose):
+    for span in (" ".join(s.split()) for s in INLINE.findall(prose)):
         for f in re.findall(r"\b([\w/]+\.py)\b", span):
             if f.split("/")[-1] not in EXTERNAL_FILES and module_file(f) is None:
                 yield "file", f, "no such file"
@@ -277,7 +283,7 @@ def references(text: str):
             if token not in new_args and looks_like_code(token, call, whole=m.group(0) == span):
                 yield "name", token, name_problem(token, call)
     for flag in FLAG.findall(" ".join(INLINE.findall(prose)) + " " + " ".join(FENCE.findall(text))):
-        yield "flag", flag, None if flag in cli_flags() or flag in new else "no command takes this flag"
+        yield "flag", flag, None if flag in cli_flags() | new | {"--index-url"} else "no command takes this flag"  # pip's
     for module, imported in TINYSPEC_IMPORT.findall(text):
         try:
             mod = importlib.import_module(module)
@@ -293,9 +299,30 @@ def references(text: str):
         yield "link", anchor, None if anchor in anchors else "no heading has this anchor"
 
 
+def test_coursework_chapters_name_headings_of_the_book():
+    from tinyspec.course import CHAPTERS
+    headings = set(re.findall(r"^## (.*)$", (ROOT / "walkthrough.md").read_text(), re.M))
+    assert {c.walkthrough for c in CHAPTERS.values()} <= headings
+
+
+def test_the_books_twenty_line_loop_is_greedy_decoding():
+    """Chapter 5 opens with greedy speculative decoding in plain Python: run it as printed."""
+    from conftest import random_gpt
+    from tinyspec.decoding import autoregressive, run
+    from tinyspec.sampling import Sampling
+    block = next(b for b in FENCE.findall((ROOT / "walkthrough.md").read_text()) if "def greedy_speculative" in b)
+    namespace = {"torch": torch}
+    exec(block, namespace)
+    target, draft = random_gpt(scale=3.0, seed=1), random_gpt(scale=3.0, seed=2, n_layer=1)
+    for prompt in ([1, 2, 3], [5, 9, 9, 2, 7]):
+        plain = run(autoregressive(target, prompt, Sampling(), None, len(prompt) + 30), 30).token_ids
+        assert namespace["greedy_speculative"](target, draft, prompt, 30, k=3) == plain
+        assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
 def test_every_name_the_docs_give_the_code_exists(doc):
-    bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(doc.read_text()) if problem})
+    bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc)) if problem})
     assert not bad, f"{doc.name} names what the code does not have:\n" + "\n".join(bad)
 
 
@@ -360,7 +387,7 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
                 continue
             field, _, per = column.partition("[")
             categories = per.rstrip("]").split("/") if per else [key.get("category")]
-            parts = cell.split(" / ") if per else [cell]
+            parts = re.split(r"\s*/\s*", cell) if per else [cell]
             for category, part in zip(categories, parts):
                 row = find(category)
                 if row is None:
@@ -387,3 +414,14 @@ def test_every_timing_table_is_marked(doc):
                 if lines[i].startswith("|") and lines[i + 1].startswith("|---") and not lines[i - 1].startswith("|")
                 and TIMING_HEADER.search(lines[i]) and not re.match(r"<!-- (bench|measured|computed): ", lines[i - 1])]
     assert not unmarked, f"{doc.name}: tables of measurements with no <!-- bench: --> or <!-- measured: --> line:\n" + "\n".join(unmarked)
+
+
+def test_the_table_generator_agrees_with_the_check(tmp_path):
+    """`python -m tinyspec.figures tables` would leave every marked table as it is, and the
+    arithmetic figures draw (to a scratch directory)."""
+    pytest.importorskip("matplotlib")
+    from tinyspec import figures
+    for doc in DOCS:
+        assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec.figures tables"
+    figures.main(["residual", "speedup", "--out", str(tmp_path)])
+    assert {p.name for p in tmp_path.iterdir()} == {"residual.png", "tau_and_speedup.png"}
