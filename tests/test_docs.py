@@ -35,10 +35,10 @@ def unquoted(doc) -> str:
 
 def quick(argv) -> bool:
     """Run in full (seconds each): generation, handouts, the benchmark's --quick mode. The rest
-    (training, the full benchmark, grading) are only parsed."""
+    (training, the full benchmark, grading, generation over a whole prompt file) are only parsed."""
     module, args = argv[2], argv[3:]
-    if "--cuda-graph" in args and not torch.cuda.is_available():
-        return False
+    if ("--cuda-graph" in args and not torch.cuda.is_available()) or "--prompt-file" in args:
+        return False  # no GPU here; a whole prompt file is a benchmark's worth of generation
     return (module in ("tinyspec", "tinyspec.generate") or (module == "tinyspec.bench" and "--quick" in args)
             or (module == "tinyspec.course" and args[:1] in (["handout"], ["list"])))
 
