@@ -1,25 +1,44 @@
-"""Every `python -m tinyspec...` command shown in README.md and walkthrough.md is valid as shown:
-each one's arguments parse, and the quick ones run on the shipped weights."""
+"""The book and the README are held to the code and to the saved benchmark.
+
+1. Every `python -m tinyspec...` command shown in README.md and walkthrough.md is valid as
+   shown: each one's arguments parse, and the quick ones run on the shipped weights.
+2. Every name they give the code exists in it: `file.py: function` references, backticked
+   identifiers that look like code (calls, dotted names, CamelCase classes, snake_case names,
+   test names), `--flags`, `from tinyspec... import` lines, figures and internal links.
+3. Every table marked `<!-- bench: FILE ... -->` agrees, cell by cell and rounded as printed,
+   with the saved benchmark report it names.
+"""
+import ast
 import importlib
+import json
+import math
 import re
 import shlex
+from functools import lru_cache
 
 import pytest
 import torch
 
 from tinyspec.cli import WEIGHTS
 
-DOCS = [WEIGHTS.parent / "README.md", WEIGHTS.parent / "walkthrough.md"]
+ROOT = WEIGHTS.parent
+DOCS = [ROOT / "README.md", ROOT / "walkthrough.md"]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`]+)`")
 
 
+def unquoted(doc) -> str:
+    """A document's text with the quote markers of its boxes removed (their code and spans may
+    run over several quoted lines)."""
+    return re.sub(r"^> ?", "", doc.read_text(), flags=re.M)
+
+
 def quick(argv) -> bool:
     """Run in full (seconds each): generation, handouts, the benchmark's --quick mode. The rest
-    (training, the full benchmark, grading) are only parsed."""
+    (training, the full benchmark, grading, generation over a whole prompt file) are only parsed."""
     module, args = argv[2], argv[3:]
-    if "--cuda-graph" in args and not torch.cuda.is_available():
-        return False
+    if ("--cuda-graph" in args and not torch.cuda.is_available()) or "--prompt-file" in args:
+        return False  # no GPU here; a whole prompt file is a benchmark's worth of generation
     return (module in ("tinyspec", "tinyspec.generate") or (module == "tinyspec.bench" and "--quick" in args)
             or (module == "tinyspec.course" and args[:1] in (["handout"], ["list"])))
 
@@ -29,7 +48,7 @@ def shown_commands():
     dropped) or in an inline code span."""
     found = []
     for doc in DOCS:
-        text = doc.read_text()
+        text = unquoted(doc)
         for block in FENCE.findall(text):
             for line in block.splitlines():
                 for part in line.split("#")[0].split("&&"):
@@ -44,10 +63,8 @@ COMMANDS = shown_commands()
 
 def parser_and_args(argv):
     module, args = argv[2], argv[3:]
-    if module == "tinyspec.bench" and args[:1] == ["kernels"]:
-        module, args = "tinyspec.kernels.bench", args[1:]
-    if module == "tinyspec.bench" and args[:1] == ["report"]:
-        module, args = "tinyspec.report", args[1:]
+    if module == "tinyspec.bench" and args[:1] in (["kernels"], ["report"]):
+        module, args = {"kernels": "tinyspec.kernels.bench", "report": "tinyspec.report"}[args[0]], args[1:]
     if module == "tinyspec":  # the overview: no flags
         module = "tinyspec.__main__"
     return importlib.import_module(module), args
@@ -79,3 +96,332 @@ def test_quick_command_runs(doc, argv, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NO_COLOR", "1")
     module.main(args) if args else module.main()
     assert capsys.readouterr().out.strip()
+
+
+# ---- 2. names --------------------------------------------------------------------------------
+
+# Names the docs may use that are not tinyspec's: other libraries' modules and objects (their
+# attributes are not checked), papers' and other projects' identifiers, and file names of
+# other projects. Anything else that looks like code must be defined in tinyspec/ or tests/.
+FOREIGN_ROOTS = {
+    "torch", "F", "nn", "tl", "triton", "np", "numpy", "math", "tiktoken", "tiktoken_ext", "transformers",
+    "regex", "re", "statistics", "time", "sys", "os", "json", "collections", "sysconfig", "pytest", "Path",
+    "safetensors", "matplotlib", "plt", "random", "itertools", "heapq", "functools", "subprocess", "shlex",
+    "hypothesis", "argparse", "dataclasses", "typing", "pip", "enc", "hf", "flex_attention", "ast",
+}
+FOREIGN_NAMES = {
+    "OMP_NUM_THREADS", "TRITON_INTERPRET", "NO_COLOR", "snake_case1",  # environment variables; an example identifier
+    # Hugging Face transformers
+    "GPT2LMHeadModel", "GPT2Model", "TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
+    "MinPLogitsWarper", "Conv1D", "assistant_model", "prompt_lookup_num_tokens", "position_ids", "n_inner",
+    "from_pretrained", "gelu_new", "generate",
+    # PyTorch, Triton, NumPy, tiktoken, the standard library
+    "scaled_dot_product_attention", "is_causal", "index_select", "index_copy_", "clip_grad_norm_", "do_bench",
+    "perf_report", "assert_close", "allclose", "input_precision", "min_dot_size", "load_tiktoken_bpe",
+    "mergeable_ranks", "encode_ordinary", "encode_ordinary_batch", "bpe_train", "bpe_encode", "r50k_pat_str",
+    "flash_attn_with_kvcache", "next_power_of_2", "program_id", "memmap", "manual_seed", "set_num_threads",
+    "get_paths", "findall", "perf_counter", "from_numpy", "requires_grad_", "_orig_mod", "ModuleList",
+    "ResBlock", "OrderedDict", "Counter", "JITFunction", "IntEnum", "NotImplementedError", "ValueError",
+    "RuntimeError", "ImportError", "KeyboardInterrupt", "JUnit", "CUDAGraph", "TF32",
+    # other projects and papers
+    "speculative_decode", "mc_sim_7b_63", "POOL_FROM_PROMPT", "DistillSpec", "FlashAttention", "FlashInfer",
+    "SpecInfer", "FlexAttention", "EAGLE", "SGLang", "GitHub", "PyTorch", "TinyStories", "OpenAI", "NumPy",
+    "minbpe", "nanoGPT", "gpt_fast", "llm_c", "vLLM",
+}
+EXTERNAL_FILES = {"compiler.py", "parser.py", "file.py"}  # Triton's, the standard library's, the book's `file.py: function`  # other projects' files named in prose
+
+
+@lru_cache(maxsize=None)
+def code_index():
+    """What the code defines. defined[module] = names defined in tinyspec/<module>.py (functions,
+    classes, Class.method, module-level assignments, attributes set on self); names = every
+    identifier and string the sources and tests contain as a definition, argument, assignment
+    target, attribute or dict key; tests = test function names; flags = every argparse option."""
+    defined, names, tests = {}, set(), {}
+    files = sorted((ROOT / "tinyspec").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
+    for path in files:
+        tree = ast.parse(path.read_text())
+        rel = path.relative_to(ROOT).as_posix()
+        own = defined.setdefault(rel, set())
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                own.add(node.name)
+                if isinstance(node, ast.ClassDef):
+                    for item in ast.walk(node):
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            own.add(f"{node.name}.{item.name}")
+                        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            own.add(f"{node.name}.{item.target.id}")
+                        elif isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
+                            own.add(f"{node.name}.{item.attr}")
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for n in ast.walk(target):
+                        if isinstance(n, ast.Name):
+                            own.add(n.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                own.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+                if rel.startswith("tests/") and node.name.startswith("test_"):
+                    tests.setdefault(rel, set()).add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(node.arg)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value))
+        for name in list(own):
+            if rel.startswith("tinyspec/"):
+                names.add(name.split(".")[-1])
+    return defined, names, tests
+
+
+@lru_cache(maxsize=None)
+def cli_flags() -> set[str]:
+    """Every --flag of every command (subcommands included)."""
+    import argparse
+    flags = set()
+    for module in ("generate", "bench", "train", "course", "data", "report", "kernels.bench", "figures"):
+        parsers = [importlib.import_module(f"tinyspec.{module}").build_parser()]
+        while parsers:
+            parser = parsers.pop()
+            for action in parser._actions:
+                flags.update(s for s in action.option_strings if s.startswith("--"))
+                if isinstance(action, argparse._SubParsersAction):
+                    parsers.extend(action.choices.values())
+    return flags
+
+
+FILE_REF = re.compile(r"\b((?:tinyspec/|tests/)?(?:kernels/)?[a-z_0-9]+\.py)(?:(::)|:\s*)([A-Za-z_][\w.]*)")
+CODE_TOKEN = re.compile(r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+TINYSPEC_IMPORT = re.compile(r"from (tinyspec(?:\.[\w.]+)?) import ([\w, ]+)")
+
+
+def module_file(name: str) -> str | None:
+    """'tree.py', 'kernels/tree_attention.py', 'tests/test_tree.py' -> its path from the root."""
+    for candidate in (name, f"tinyspec/{name}", f"tests/{name}"):
+        if (ROOT / candidate).is_file():
+            return candidate
+    return None
+
+
+def looks_like_code(token: str, call: bool, whole: bool) -> bool:
+    """A call, a dotted name, a snake_case name, a class (CamelCase, or any capitalised name that
+    is a whole code span), or a test's name."""
+    return (call or "." in token or "_" in token.strip("_") or
+            (token[0].isupper() and any(c.islower() for c in token) and (whole or sum(map(str.isupper, token)) > 1)))
+
+
+def name_problem(token: str, call: bool) -> str | None:
+    """Why a code-looking name is not tinyspec's, or None if it is (or is not ours to check)."""
+    defined, names, tests = code_index()
+    parts = token.split(".")
+    if parts[0] in FOREIGN_ROOTS or token in FOREIGN_NAMES or parts[-1] in FOREIGN_NAMES:
+        return None
+    if token.startswith("test_") and "." not in token:
+        return None if any(token in t for t in tests.values()) else f"no test named {token}"
+    module = None  # the longest prefix that is a tinyspec module: tinyspec.kernels.tree_attention, tree, ...
+    for i in range(len(parts), 0, -1):
+        path = "/".join(p for p in parts[:i] if p != "tinyspec") + ".py"
+        if path != ".py" and (ROOT / "tinyspec" / path).is_file():
+            module, rest = f"tinyspec/{path}", parts[i:]
+            break
+    if module is not None and (not rest or ".".join(rest[:2]) in defined[module] or rest[0] in defined[module]):
+        return None if rest[1:] == [] or rest[-1] in names else f"nothing in the code is called {rest[-1]}"
+    if module is not None and parts[0] != "tinyspec" and rest[0] not in names:
+        return f"{module} defines no {'.'.join(rest)}"  # else a variable named like a module: `tree.depth`
+    missing = [p for p in parts if p not in names and p not in FOREIGN_NAMES]
+    if len(parts) > 1 and parts[0] not in names:
+        missing = [p for p in parts[1:] if p not in names]  # a variable of the prose: check its attributes
+    return f"nothing in the code is called {', '.join(missing)}" if missing else None
+
+
+def exercise_names(text: str) -> tuple[set[str], set[str]]:
+    """Names an exercise asks the reader to create ("Write `keep_loop(cache, slots)`", "Add
+    `--keep-best`", "a `min_p` argument"), and their arguments' names: they exist once the
+    reader has written them."""
+    sections = re.split(r"^#+ ", text, flags=re.M)
+    spans = [m for s in sections if s.startswith("Exercises")
+             for m in re.findall(r"(?:\b[Ww]rite|\b[Aa]dd)\s+`([^`]+)`|\ban?\s+`([^`]+)`\s+argument", s) for m in m if m]
+    return ({re.match(r"[\w.-]*", span).group(0) for span in spans},
+            {name for span in spans for name in re.findall(r"[\w-]+", span.split(")")[0])})
+
+
+def references(text: str):
+    """(kind, what, problem) for every reference in a document's text."""
+    defined, names, tests = code_index()
+    prose = FENCE.sub("", text)
+    new, new_args = exercise_names(text)
+    for m in FILE_REF.finditer(text):
+        path, test_ref, name = module_file(m.group(1)), m.group(2), m.group(3).rstrip(".")
+        if m.group(1).split("/")[-1] in EXTERNAL_FILES:
+            continue
+        if path is None:
+            yield "file", m.group(1), "no such file"
+        elif test_ref:
+            yield "test", m.group(0), None if name in tests.get(path, ()) else f"{path} has no {name}"
+        else:
+            ok = name in defined[path] or name.split(".")[0] in defined[path]
+            yield "reference", m.group(0), None if ok else f"{path} defines no {name}"
+    for span in (" ".join(s.split()) for s in INLINE.findall(prose)):
+        for f in re.findall(r"\b([\w/]+\.py)\b", span):
+            if f.split("/")[-1] not in EXTERNAL_FILES and module_file(f) is None:
+                yield "file", f, "no such file"
+        if span.startswith(("python -m tinyspec", "python -c", "pytest")) or re.match(r"[\w.-]*", span).group(0) in new:
+            continue  # commands are checked by the command tests and the imports below; new names exist later
+        for m in CODE_TOKEN.finditer(re.sub(r"'[^']*'|\"[^\"]*\"", "", span)):
+            token, call = m.group(1), bool(m.group(2))
+            if token.split(".")[-1] in ("py", "json", "md", "safetensors", "tiktoken", "png", "bin", "jsonl"):
+                continue
+            if token not in new_args and looks_like_code(token, call, whole=m.group(0) == span):
+                yield "name", token, name_problem(token, call)
+    for flag in FLAG.findall(" ".join(INLINE.findall(prose)) + " " + " ".join(FENCE.findall(text))):
+        yield "flag", flag, None if flag in cli_flags() | new | {"--index-url"} else "no command takes this flag"  # pip's
+    for module, imported in TINYSPEC_IMPORT.findall(text):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            yield "import", module, "no such module"
+            continue
+        for name in (n.strip().split(" as ")[0] for n in imported.split(",")):
+            yield "import", f"{module}.{name}", None if hasattr(mod, name) else "not in the module"
+    for alt, target in re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", text):
+        yield "figure", target, None if (ROOT / target).is_file() else "no such file"
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    for anchor in re.findall(r"\]\(#([^)]+)\)", text):
+        yield "link", anchor, None if anchor in anchors else "no heading has this anchor"
+
+
+def test_coursework_chapters_name_headings_of_the_book():
+    from tinyspec.course import CHAPTERS
+    headings = set(re.findall(r"^## (.*)$", (ROOT / "walkthrough.md").read_text(), re.M))
+    assert {c.walkthrough for c in CHAPTERS.values()} <= headings
+
+
+def test_the_books_twenty_line_loop_is_greedy_decoding():
+    """Chapter 5 opens with greedy speculative decoding in plain Python: run it as printed."""
+    from conftest import random_gpt
+    from tinyspec.decoding import autoregressive, run
+    from tinyspec.sampling import Sampling
+    block = next(b for b in FENCE.findall((ROOT / "walkthrough.md").read_text()) if "def greedy_speculative" in b)
+    namespace = {"torch": torch}
+    exec(block, namespace)
+    target, draft = random_gpt(scale=3.0, seed=1), random_gpt(scale=3.0, seed=2, n_layer=1)
+    for prompt in ([1, 2, 3], [5, 9, 9, 2, 7]):
+        plain = run(autoregressive(target, prompt, Sampling(), None, len(prompt) + 30), 30).token_ids
+        assert namespace["greedy_speculative"](target, draft, prompt, 30, k=3) == plain
+        assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_name_the_docs_give_the_code_exists(doc):
+    bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc)) if problem})
+    assert not bad, f"{doc.name} names what the code does not have:\n" + "\n".join(bad)
+
+
+# ---- 3. tables from the saved benchmark ---------------------------------------------------------
+
+MARKER = re.compile(r"^<!-- bench: (\S+)((?: [\w]+=\S+)*) -->\n((?:\|.*\n)+)", re.M)
+TIMING_HEADER = re.compile(r"tok/s|speedup|\btau\b|τ", re.I)
+
+
+def bench_tables(text: str):
+    """(marker options, table rows as lists of cells) for every marked table of a document."""
+    for m in MARKER.finditer(text):
+        options = dict(o.split("=", 1) for o in m.group(2).split())
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in m.group(3).splitlines()]
+        yield m.group(1), options, rows[2:]  # below the header and its |---| line
+
+
+def printed(cell: str) -> float | None:
+    """The number a cell prints ('-' is none), and how many decimals it printed."""
+    cell = cell.strip("`* x")
+    return None if cell in ("-", "") else float(cell)
+
+
+def agrees(cell: str, value) -> bool:
+    """Does a printed cell show `value`, rounded as printed?"""
+    shown = printed(cell)
+    if shown is None or value is None:
+        return shown is None and value is None
+    decimals = len(cell.strip("`* x").partition(".")[2])
+    return abs(value - shown) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def expected(row: dict | None, column: str):
+    """The value a column shows for a saved row: a field, or one derived from fields."""
+    if row is None:
+        return None
+    if column == "tau_from_alpha":  # Leviathan et al.'s (1 - a^(k+1)) / (1 - a), from the measured a
+        alpha, k = row.get("alpha"), row["method"].partition(":")[2].partition("@")[0]
+        return None if alpha is None else (1 - alpha ** (int(k) + 1)) / (1 - alpha)
+    return row.get(column)
+
+
+def table_problems(path: str, options: dict, rows: list[list[str]]):
+    """Every cell of a marked table that disagrees with the saved report (or names no row of it)."""
+    report = json.loads((ROOT / path).read_text())
+    saved = report[options.get("source", "rows")]
+    columns = options["columns"].split(",")
+    for cells in rows:
+        assert len(cells) == len(columns), f"a row of {len(cells)} cells under columns={options['columns']}: {cells}"
+        key = {k: options[k] for k in ("method", "T", "category") if k in options}
+        for column, cell in zip(columns, cells):
+            if column in ("method", "T", "category"):
+                key[column] = cell.strip("`")
+        if key.get("method") not in (None, "ar") and "prefix" in options:
+            key["method"] = options["prefix"] + key["method"]
+        def find(category):
+            match = [r for r in saved if r["method"] == key["method"] and r["temperature"] == float(key["T"])
+                     and r["category"] == category]
+            return match[0] if match else None
+        for column, cell in zip(columns, cells):
+            if column in ("method", "T", "category", "-"):
+                continue
+            field, _, per = column.partition("[")
+            categories = per.rstrip("]").split("/") if per else [key.get("category")]
+            parts = re.split(r"\s*/\s*", cell) if per else [cell]
+            for category, part in zip(categories, parts):
+                row = find(category)
+                if row is None:
+                    yield f"{key} {category}: not in {path}"
+                elif not agrees(part, expected(row, field)):
+                    yield f"{key['method']} T={key['T']} {category} {field}: the table says {part}, {path} says {expected(row, field)}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_benchmark_tables_agree_with_the_saved_report(doc):
+    text = doc.read_text()
+    tables = list(bench_tables(text))
+    bad = [p for path, options, rows in tables for p in table_problems(path, options, rows)]
+    assert not bad, f"{doc.name}: tables that disagree with the saved benchmark:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_timing_table_is_marked(doc):
+    """A table of speeds is either checked against a saved report (`<!-- bench: ... -->`) or says
+    which other run made it (`<!-- measured: ... -->`), or is arithmetic (`<!-- computed: ... -->`), on
+    the line before it."""
+    lines = doc.read_text().splitlines()
+    unmarked = [lines[i] for i in range(1, len(lines) - 1)
+                if lines[i].startswith("|") and lines[i + 1].startswith("|---") and not lines[i - 1].startswith("|")
+                and TIMING_HEADER.search(lines[i]) and not re.match(r"<!-- (bench|measured|computed): ", lines[i - 1])]
+    assert not unmarked, f"{doc.name}: tables of measurements with no <!-- bench: --> or <!-- measured: --> line:\n" + "\n".join(unmarked)
+
+
+def test_the_table_generator_agrees_with_the_check(tmp_path):
+    """`python -m tinyspec.figures tables` would leave every marked table as it is, and the
+    arithmetic figures draw (to a scratch directory)."""
+    pytest.importorskip("matplotlib")
+    from tinyspec import figures
+    for doc in DOCS:
+        assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec.figures tables"
+    figures.main(["residual", "speedup", "--out", str(tmp_path)])
+    assert {p.name for p in tmp_path.iterdir()} == {"residual.png", "tau_and_speedup.png"}
