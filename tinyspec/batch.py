@@ -292,6 +292,7 @@ def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], samp
     done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
     rows = leave(rows, done, [cache], max_len)
     while rows:
+        start = time.perf_counter()
         step_tree = policy.choose(len(rows)) if policy else tree  # None: a plain step for every row
         proposals = [None] * len(rows)
         if step_tree is not None:
@@ -305,7 +306,8 @@ def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], samp
         for r, (step, hidden) in zip(rows, verify_rows(target, cache, rows, proposals, accept, sampling)):  # 2-4.
             r.h, produced[r.id] = hidden[-1], step
         if policy:
-            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], step_tree)
+            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], step_tree,
+                          len(rows), time.perf_counter() - start)  # the tokens are on the host by now: the step is done
         done = yield produced
         rows = leave(rows, done, [cache], max_len)
 
@@ -454,14 +456,15 @@ class BatchPolicy:
     """`--method auto`: every step, Medusa with a tree of one of `sizes` nodes, or no tree at all
     (a plain step), whichever gives the batch the most tokens per second at its current size:
 
-        rate(0) = rows / F(rows, 1)
-        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s))
+        rate(0) = rows / (F(rows, 1) + E_plain)
+        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s) + E_tree)
 
     F(rows, t): the measured seconds of a target forward over rows x t tokens; H(rows): of the
     heads on rows hidden states; A(s): the tokens per step that the heads' held-out accuracies
     promise a tree of s nodes accepts (`tree.expected_accepted`, the tree `from_accuracies`); a:
     the running ratio of tokens accepted to tokens promised (each step's counts weigh `decay`
-    times the step after), which corrects A for the text at hand (prose is harder than code).
+    times the step after), which corrects A for the text at hand (prose is harder than code);
+    E_plain, E_tree: the running seconds whole steps of each kind took beyond F and H (`update`).
 
     At batch 1 a forward over 1 + s tokens costs little more than over one, and trees pay. As the
     batch grows, F(rows, 1 + s) climbs towards (1 + s) F(rows, 1), and the policy stops
@@ -483,12 +486,18 @@ class BatchPolicy:
         self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
         self.accepted = self.promised = prior  # a = 1: the held-out accuracies hold
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
+        self.extra = {False: 0.0, True: 0.0}  # seconds a plain / a tree step took beyond F and H (running)
+
+    def seconds(self, size: int, rows: int) -> float:
+        """What a step costs: the measured forward (and heads), plus the running extra that whole
+        steps of this kind took beyond it (`update`)."""
+        if size == 0:
+            return self.F(rows, 1) + self.extra[False]
+        return self.H(rows) + self.F(rows, 1 + size) + self.extra[True]
 
     def rate(self, size: int, rows: int, tokens: float) -> float:
         """Tokens per second of the batch, a step with a tree of `size` nodes making `tokens` per row."""
-        if size == 0:
-            return rows / self.F(rows, 1)
-        return rows * tokens / (self.H(rows) + self.F(rows, 1 + size))
+        return rows * tokens / self.seconds(size, rows)
 
     def choose(self, rows: int) -> Tree | None:
         a = self.accepted / self.promised
@@ -504,8 +513,18 @@ class BatchPolicy:
         self.plain_steps, self.wait = 0, min(2 * self.wait, 8 * self.probe_every)
         return self.trees[smallest]  # a probe
 
-    def update(self, accepted: list[int], tree: Tree | None) -> None:
-        """accepted: tokens each row that verified `tree` accepted in this step."""
+    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None,
+               seconds: float | None = None) -> None:
+        """accepted: tokens each row that verified `tree` accepted in this step; seconds: the whole
+        step's wall time at `rows` rows, if timed. A step is more than its forward: proposing,
+        judging each row, compacting its cache. Those costs are per row and per step, not per token,
+        so they weigh most where the forward is cheap (a small model on a CPU), and more on a tree
+        step than on a plain one; F alone would make trees look cheaper than they are. The running
+        extra of each kind corrects `seconds` as a corrects A."""
+        if seconds is not None:
+            kind = tree is not None
+            predicted = self.seconds(len(tree) if kind else 0, rows) - self.extra[kind]
+            self.extra[kind] = self.decay * self.extra[kind] + (1 - self.decay) * (seconds - predicted)
         if tree is not None and accepted:
             size = len(tree)
             self.accepted = self.decay * self.accepted + sum(accepted)

@@ -23,19 +23,21 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int 
     """Median wall time of `fn()` over `repeats` calls after `warmup` untimed ones. `setup()`
     runs untimed before every call (e.g. to reset a cache); on CUDA the queue is drained
     before and after each timed call, so the time is the GPU's work, not the launch."""
-    times = []
-    for i in range(warmup + repeats):
-        if setup is not None:
-            setup()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times = [timed(fn, setup, device) for _ in range(warmup + repeats)]
+    return statistics.median(times[warmup:])
+
+
+def timed(fn: Callable[[], object], setup: Callable[[], object] | None, device: torch.device) -> float:
+    """Seconds of one call of `fn()`, after an untimed `setup()`; on CUDA between two drains of the queue."""
+    if setup is not None:
+        setup()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 def interleaved_medians(calls: dict, device: torch.device, rounds: int = 7) -> dict:
@@ -45,16 +47,9 @@ def interleaved_medians(calls: dict, device: torch.device, rounds: int = 7) -> d
     times = {key: [] for key in calls}
     for r in range(rounds + 1):
         for key, (fn, setup) in calls.items():
-            if setup is not None:
-                setup()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            seconds = timed(fn, setup, device)
             if r:
-                times[key].append(time.perf_counter() - t0)
+                times[key].append(seconds)
     return {key: statistics.median(t) for key, t in times.items()}
 
 
