@@ -368,6 +368,30 @@ def test_probes_back_off_where_speculation_does_not_pay(counting_gpt):
     assert not any(policy.choose(4) for _ in range(100))  # where no tree could ever pay, no probes at all
 
 
+def test_timed_steps_correct_the_costs(counting_gpt):
+    """Forwards alone say a tree pays at batch 4; whole tree steps that take three times their forward
+    (work the forward does not count) say it does not, and the policy follows the clock. The
+    correction is per shape: plain steps timed at their forward keep no extra, and what steps cost
+    at one batch size says nothing about another."""
+    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=64))
+    assert policy.choose(4) is not None
+    for size, tree in policy.trees.items():
+        policy.update([], tree, rows=4, seconds=3 * policy.seconds(size, 4))  # acceptance as promised
+    policy.update([], None, rows=4, seconds=policy.seconds(0, 4))
+    assert policy.choose(4) is None
+    assert policy.extra[0, 4] == 0 and all(policy.extra[s, 4] > 0 for s in policy.trees)
+    assert policy.choose(2) is not None  # not yet timed at 2 rows: the forwards decide
+
+
+def test_slow_plain_steps_at_one_row_do_not_make_trees_pay_at_sixteen(counting_gpt):
+    """A plain step at one row that takes ten times its forward (the per-step work of a loop, not
+    of a row) must not make plain steps of sixteen rows look dear: there trees cost 17 forwards
+    and the policy must stay plain (plain steps that are never chosen are never timed again)."""
+    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    policy.update([], None, rows=1, seconds=10 * policy.seconds(0, 1))
+    assert policy.choose(16) is None
+
+
 class Coin(batch.BatchPolicy):
     """A policy that picks a tree or a plain step at random: medusa_batch must handle any sequence."""
     def choose(self, rows):

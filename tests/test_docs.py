@@ -380,7 +380,7 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
             key["method"] = options["prefix"] + key["method"]
         def find(category):
             match = [r for r in saved if r["method"] == key["method"] and r["temperature"] == float(key["T"])
-                     and r["category"] == category]
+                     and str(r.get("category", r.get("batch_size"))) == category]  # a batch curve's cells: batch sizes
             return match[0] if match else None
         for column, cell in zip(columns, cells):
             if column in ("method", "T", "category", "-"):

@@ -456,21 +456,23 @@ class BatchPolicy:
     """`--method auto`: every step, Medusa with a tree of one of `sizes` nodes, or no tree at all
     (a plain step), whichever gives the batch the most tokens per second at its current size:
 
-        rate(0) = rows / (F(rows, 1) + E_plain)
-        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s) + E_tree)
+        rate(0) = rows / (F(rows, 1) + e(0, rows))
+        rate(s) = rows (1 + a A(s)) / (H(rows) + F(rows, 1 + s) + e(s, rows))
 
     F(rows, t): the measured seconds of a target forward over rows x t tokens; H(rows): of the
     heads on rows hidden states; A(s): the tokens per step that the heads' held-out accuracies
     promise a tree of s nodes accepts (`tree.expected_accepted`, the tree `from_accuracies`); a:
     the running ratio of tokens accepted to tokens promised (each step's counts weigh `decay`
     times the step after), which corrects A for the text at hand (prose is harder than code);
-    E_plain, E_tree: the running seconds whole steps of each kind took beyond F and H (`update`).
+    e(s, rows): the running seconds that whole steps with a tree of s nodes (0: plain) at `rows`
+    rows took beyond F and H (`update`); 0 for a shape not yet timed, so that every shape the
+    forwards say pays is tried once.
 
     At batch 1 a forward over 1 + s tokens costs little more than over one, and trees pay. As the
     batch grows, F(rows, 1 + s) climbs towards (1 + s) F(rows, 1), and the policy stops
     speculating where the measurement says it stops paying. While it does not speculate, a cannot
-    learn; so after `probe_every` plain steps it tries the smallest tree once, but only at batch
-    sizes where a tree could pay at all (every guess on its deepest path right), and each probe
+    learn; so after `probe_every` plain steps it tries once the tree it would choose if the text
+    were as predictable as held-out text (a = 1), and only where that tree would pay; each probe
     that does not bring speculation back doubles the wait for the next: probes take a vanishing
     share of the steps where speculation does not pay (the wait grows to 8 `probe_every` at most).
     prior: tokens promised, and as many accepted, before any step (a = 1 until the text says
@@ -486,45 +488,52 @@ class BatchPolicy:
         self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
         self.accepted = self.promised = prior  # a = 1: the held-out accuracies hold
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
-        self.extra = {False: 0.0, True: 0.0}  # seconds a plain / a tree step took beyond F and H (running)
+        self.extra: dict[tuple[int, int], float] = {}  # (tree size, rows) -> running seconds beyond F and H
 
     def seconds(self, size: int, rows: int) -> float:
         """What a step costs: the measured forward (and heads), plus the running extra that whole
-        steps of this kind took beyond it (`update`)."""
-        if size == 0:
-            return self.F(rows, 1) + self.extra[False]
-        return self.H(rows) + self.F(rows, 1 + size) + self.extra[True]
+        steps of this tree size at this many rows took beyond it (`update`)."""
+        return self.forward(size, rows) + self.extra.get((size, rows), 0.0)
+
+    def forward(self, size: int, rows: int) -> float:
+        return self.F(rows, 1) if size == 0 else self.H(rows) + self.F(rows, 1 + size)
 
     def rate(self, size: int, rows: int, tokens: float) -> float:
         """Tokens per second of the batch, a step with a tree of `size` nodes making `tokens` per row."""
         return rows * tokens / self.seconds(size, rows)
 
+    def best(self, rows: int, a: float) -> int:
+        """The tree size (0: a plain step) with the highest rate if a is the acceptance correction."""
+        return max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
+
     def choose(self, rows: int) -> Tree | None:
-        a = self.accepted / self.promised
-        best = max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
+        best = self.best(rows, self.accepted / self.promised)
         if best:
             self.plain_steps, self.wait = 0, self.probe_every
             return self.trees[best]
         self.plain_steps += 1
-        smallest = min(self.trees)
-        could_pay = self.rate(smallest, rows, 1 + self.trees[smallest].max_depth) > self.rate(0, rows, 1)
-        if self.plain_steps < self.wait or not could_pay:
+        probe = self.best(rows, 1.0)  # would a tree pay if the text were as predictable as held-out text?
+        if self.plain_steps < self.wait or not probe:
             return None
         self.plain_steps, self.wait = 0, min(2 * self.wait, 8 * self.probe_every)
-        return self.trees[smallest]  # a probe
+        return self.trees[probe]
 
     def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None,
                seconds: float | None = None) -> None:
         """accepted: tokens each row that verified `tree` accepted in this step; seconds: the whole
         step's wall time at `rows` rows, if timed. A step is more than its forward: proposing,
-        judging each row, compacting its cache. Those costs are per row and per step, not per token,
-        so they weigh most where the forward is cheap (a small model on a CPU), and more on a tree
-        step than on a plain one; F alone would make trees look cheaper than they are. The running
-        extra of each kind corrects `seconds` as a corrects A."""
+        judging each row, compacting its cache. Those costs grow with the tree and the rows, not
+        with the forward, so they weigh most where the forward is cheap (a small model on a CPU);
+        F alone would make trees look cheaper than they are. The running extra of each shape
+        (tree size, 0 for a plain step, and rows) corrects `seconds` as a corrects A. It is kept
+        per shape, not per row: part of it is per step, and spread over rows, a plain step's extra
+        at one row would make plain steps of sixteen look dear, and plain steps no longer chosen
+        are never timed again to correct it."""
         if seconds is not None:
-            kind = tree is not None
-            predicted = self.seconds(len(tree) if kind else 0, rows) - self.extra[kind]
-            self.extra[kind] = self.decay * self.extra[kind] + (1 - self.decay) * (seconds - predicted)
+            size = 0 if tree is None else len(tree)
+            shape, extra = (size, rows), seconds - self.forward(size, rows)
+            old = self.extra.get(shape)  # the first step of a shape sets its extra; later ones move it
+            self.extra[shape] = extra if old is None else self.decay * old + (1 - self.decay) * extra
         if tree is not None and accepted:
             size = len(tree)
             self.accepted = self.decay * self.accepted + sum(accepted)

@@ -281,6 +281,12 @@ def bench_value(row: dict | None, field: str):
     return row.get(field)
 
 
+def group(row: dict) -> str:
+    """What a table's per-cell columns (`tau[code/docs/structured]`) range over: a benchmark row's
+    category, or a batch curve's batch size (`speedup[1/2/4/8/16]`)."""
+    return str(row.get("category", row.get("batch_size")))
+
+
 def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Path) -> list[list[str]]:
     """The table's rows with every value cell recomputed from the saved report (decimals as printed)."""
     report = json.loads((root / options["path"]).read_text())
@@ -292,7 +298,7 @@ def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Pa
         keys = [c for c in columns if c in KEYS]
         seen = {}
         for r in saved:
-            row_key = {"method": r["method"], "T": f"{r['temperature']:g}", "category": r["category"]}
+            row_key = {"method": r["method"], "T": f"{r['temperature']:g}", "category": group(r)}
             if all(row_key[k] == v for k, v in fixed.items()) and r["method"].startswith(prefix):
                 seen.setdefault(tuple(row_key[k] for k in keys), None)
         rows = [[(dict(zip(keys, key))[c].removeprefix(prefix) if c in KEYS else "") for c in columns] for key in seen]
@@ -304,7 +310,7 @@ def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Pa
 
         def find(category):
             match = [r for r in saved if r["method"] == method and f"{r['temperature']:g}" == f"{float(key['T']):g}"
-                     and r["category"] == category]
+                     and group(r) == category]
             return match[0] if match else None
         new = []
         for column, cell in zip(columns, cells):
