@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from tinyspec import batch, bench, generate
+from tinyspec import auto, batch, bench, generate
 from tinyspec.batch import run_batch
 from tinyspec.decoding import autoregressive, run
 from tinyspec.eagle import eagle
@@ -350,7 +350,7 @@ def costs(free_up_to: int):
 
 
 def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gpt):
-    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16))
+    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16))
     assert policy.choose(1) is not None  # at batch 1 a forward of 17 tokens costs what one of 1 does
     assert policy.choose(16) is None  # at batch 16 a tree multiplies the forward's cost
     for _ in range(30):  # the text at hand is much harder than held-out text: nothing is ever accepted
@@ -359,12 +359,12 @@ def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gp
 
 
 def test_probes_back_off_where_speculation_does_not_pay(counting_gpt):
-    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16), probe_every=4)
+    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16), probe_every=4)
     for _ in range(20):
         policy.update([0], policy.trees[2])
     probes = [t is not None for t in (policy.choose(2) for _ in range(200))]
     assert sum(probes) == 8  # after 4, 8 and 16 plain steps, then every 32 (8 probe_every), not every 4th
-    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
     assert not any(policy.choose(4) for _ in range(100))  # where no tree could ever pay, no probes at all
 
 
@@ -373,7 +373,7 @@ def test_timed_steps_correct_the_costs(counting_gpt):
     (work the forward does not count) say it does not, and the policy follows the clock. The
     correction is per shape: plain steps timed at their forward keep no extra, and what steps cost
     at one batch size says nothing about another."""
-    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=64))
+    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=64))
     assert policy.choose(4) is not None
     for size, tree in policy.trees.items():
         policy.update([], tree, rows=4, seconds=3 * policy.seconds(size, 4))  # acceptance as promised
@@ -387,12 +387,12 @@ def test_slow_plain_steps_at_one_row_do_not_make_trees_pay_at_sixteen(counting_g
     """A plain step at one row that takes ten times its forward (the per-step work of a loop, not
     of a row) must not make plain steps of sixteen rows look dear: there trees cost 17 forwards
     and the policy must stay plain (plain steps that are never chosen are never timed again)."""
-    policy = batch.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
     policy.update([], None, rows=1, seconds=10 * policy.seconds(0, 1))
     assert policy.choose(16) is None
 
 
-class Coin(batch.BatchPolicy):
+class Coin(auto.BatchPolicy):
     """A policy that picks a tree or a plain step at random: medusa_batch must handle any sequence."""
     def choose(self, rows):
         return random.choice([None, *self.trees.values()])
@@ -411,7 +411,7 @@ def test_greedy_auto_equals_plain_decoding_whatever_the_policy_chooses(counting_
 
 def test_measured_policy_runs(counting_gpt):
     heads = accuracy_heads()
-    policy = batch.BatchPolicy(counting_gpt, heads, max_rows=3)
+    policy = auto.BatchPolicy(counting_gpt, heads, max_rows=3)
     assert policy.F(3, 1) > 0 and policy.H(2) > 0
     prompts = mixed_prompts(3, seed=41)
     plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 30).token_ids for p in prompts]

@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
                     "each method decodes --batch-prompts prompts this many at a time (comma-separated, e.g. "
                     "1,2,4,8,16), reporting total tokens/s and the mean latency per sequence; --methods may then "
-                    "include auto (speculate or not per step, batch.BatchPolicy)")
+                    "include auto (speculate or not per step, auto.BatchPolicy)")
     ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
                     "turn from each category")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from .batch import (BatchPolicy, autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
+from .auto import BatchPolicy
+from .batch import (autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
                     speculative_batch)
 from .decoding import autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
@@ -233,7 +234,7 @@ class Decoder:
     `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
     dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`),
     "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (batched only: Medusa `heads`
-    with a tree chosen per step by `batch.BatchPolicy`, measured here for batches of up to
+    with a tree chosen per step by `auto.BatchPolicy`, measured here for batches of up to
     `batch_size` rows). rule: the acceptance rule's name (verify.RULES); default greedy at
     temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
     sampled). cost: the draft's cost ratio c, for k = "auto"."""
