@@ -20,6 +20,7 @@ from .batch import (autoregressive_batch, eagle_batch, lookahead_batch, lookup_b
 from .decoding import autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
+from .files import unwritable
 from .kvcache import KVCache
 from .lookahead import lookahead
 from .lookup import lookup
@@ -42,6 +43,29 @@ def die(message: str, status: int = 2):
     """A user mistake: one line on stderr naming the fix, exit status 2, no traceback."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(status)
+
+
+def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
+    """An output path, checked before any work starts (files.unwritable): one line, exit 2."""
+    problem = unwritable(path, directory)
+    if problem:
+        die(f"{flag} {path}: {problem}; choose another path")
+    return Path(path)
+
+
+def run_main(main) -> None:
+    """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
+    status 130 and a closed pipe (`... | head -1`) ends it quietly with status 0, never a traceback."""
+    try:
+        main()
+        sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+        raise SystemExit(130)
+    except BrokenPipeError:
+        # the reader is gone: send what is still buffered to /dev/null so the exit's flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -42,6 +42,24 @@ def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, meta
     _publish(tmp, path)
 
 
+def unwritable(path: str | Path, directory: bool = False) -> str | None:
+    """Why nothing could be written at `path` (a file, or with `directory` a folder to write into),
+    or None. Commands ask this before their work starts, so a long run is never lost at the end to
+    a bad output path. Folders missing on the way are fine (the writer makes them); the nearest one
+    that exists must be a folder this process may write into. Nothing is created here."""
+    path = Path(path)
+    if path.exists() and directory != path.is_dir():
+        return "is a file, not a folder" if directory else "is a folder: give a file name"
+    folder = path if directory else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    return None
+
+
 def read_tensors(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """(metadata, tensors) of a safetensors file; ValueError (not safetensors' own error types)
     for a file that is missing, truncated or not safetensors at all. Never unpickles."""
