@@ -153,7 +153,7 @@ def mixed_prompts(n, seed):
 @pytest.mark.parametrize("name", METHODS)
 def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
     batched = methods(models, 0.0)[name][1]
-    accepted = 0
+    uneven = False  # some batch's rows accepted different numbers of proposals: they advanced unevenly
     for B in range(1, 9):
         prompts = mixed_prompts(B, seed=B)
         plain = [run(autoregressive(models["target"], p, Sampling(0.0), None, 64), 40) for p in prompts]
@@ -161,8 +161,9 @@ def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
         for b, (row, alone) in enumerate(zip(rows, plain)):
             assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
             assert row.stop_reason == alone.stop_reason
-        accepted += sum(r.accepted for r in rows)
-    assert name == "ar" or accepted > 50  # the proposals were accepted often: rows advanced unevenly
+        uneven |= len({r.accepted for r in rows}) > 1
+    # the premise that makes the test worth running, whatever tokens this CPU's floats lead to
+    assert name == "ar" or uneven
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -206,17 +207,28 @@ def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
         torch.testing.assert_close(cache.v[:, b, :, :n], alone.v[:, 0, :, :n], **TOL)
 
 
+def stop_token_for_some_rows(target, prompts, n):
+    """A stop token that some rows' plain continuations (n tokens) hold and others do not, picked
+    from what this machine's model writes: which tokens a random model writes depends on float
+    details of the CPU, so no fixed token can be relied on to end some rows and not others."""
+    texts = [set(run(autoregressive(target, p, Sampling(0.0), None, 64), n).token_ids) for p in prompts]
+    candidates = sorted(set.union(*texts) - set.intersection(*texts), key=lambda x: -sum(x in t for t in texts))
+    assert candidates, "every row wrote the same tokens: no stop token ends some rows only"
+    return candidates[0]
+
+
 @pytest.mark.parametrize("name", METHODS)
 def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
     """Stopping at an end-of-text token ends rows at different steps; each row's tokens are still
     its plain-decoding tokens up to its stop, and once the driver says a row is done, the next
     forward computes for the others alone (the cache has fewer rows)."""
-    t, prompts = models["target"], mixed_prompts(6, seed=30)
-    plain = [run(autoregressive(t, p, Sampling(0.0), None, 64), 30, stop_id=5) for p in prompts]
-    rows = run_batch(methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=5)
+    t, prompts = models["target"], [p[:12] for p in mixed_prompts(6, seed=30)]  # room for 30 tokens each
+    stop = stop_token_for_some_rows(t, prompts, 30)
+    plain = [run(autoregressive(t, p, Sampling(0.0), None, 64), 30, stop_id=stop) for p in prompts]
+    rows = run_batch(methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=stop)
     assert [r.token_ids for r in rows] == [r.token_ids for r in plain]
     assert [r.stop_reason for r in rows] == [r.stop_reason for r in plain]
-    assert {r.stop_reason for r in rows} >= {"eot", "length"}
+    assert {r.stop_reason for r in rows} == {"eot", "length"}
     cache = BatchKVCache.for_model(t, 64 + 32, 6)
     steps = methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6, cache)
     assert sorted(next(steps)) == list(range(6))
@@ -465,7 +477,7 @@ def test_cli_batch_prints_each_text_and_the_batch_rate(files, capsys):
     generate.main(["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "6", "--model",
                    str(files / "target.safetensors"), "--batch-size", "4"])
     out, err = capsys.readouterr()
-    assert out.startswith("def f(x):") and "class Stack:" in out
+    assert out.startswith("=== prompt 1 of 5 ===\ndef f(x):") and "\n=== prompt 2 of 5 ===\nclass Stack:" in out
     assert err.count("[batch of 4:") == 1 and err.count("[batch of 1:") == 1
 
 
@@ -499,3 +511,17 @@ def test_bench_refuses_auto_without_batch_sizes(files, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--methods", "ar,auto", "--model", str(files / "target.safetensors")])
     assert e.value.code == 2 and "--batch-sizes" in capsys.readouterr().err
+
+
+def test_draft_rows_whose_prompt_fills_max_len_end_as_at_batch_one(models):
+    """The draft loop's max_len is the shorter of the two models' contexts, so a valid prompt can
+    reach it: at batch 1 a prompt of max_len tokens gets one token from the target alone and a
+    longer one ends at once ("context"); in a batch those rows must do the same, and the others go on."""
+    one, batched = methods(models, 0.0)["draft"]
+    prompts = [list(range(32)) * 2 + [1, 2], [3, 4, 5], list(range(32)) * 2, [7] * 63]
+    alone = [run(one(p, Sampling(0.0), None), 8) for p in prompts]
+    rows = run_batch(batched(prompts, Sampling(0.0), [None] * 4), 4, 8)
+    assert [(r.token_ids, r.stop_reason) for r in rows] == [(r.token_ids, r.stop_reason) for r in alone]
+    assert (alone[0].token_ids, alone[0].stop_reason, alone[1].stop_reason) == ([], "context", "length")
+    only_long = run_batch(batched(prompts[:1], Sampling(0.0), [None]), 1, 8)
+    assert (only_long[0].token_ids, only_long[0].stop_reason) == ([], "context")

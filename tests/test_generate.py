@@ -12,6 +12,8 @@ from tinyspec.generate import Printer
 from tinyspec.sampling import Sampling
 
 from conftest import random_gpt
+from tinyspec.cli import WEIGHTS
+from tinyspec.model import GPT
 
 
 @pytest.fixture(scope="module")
@@ -146,17 +148,58 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
     (["--prompt-file", "{tmp}/latin1.txt"], "not UTF-8"),
     (["--prompt-file", "{tmp}/number.jsonl"], "must be a string"),
     (["--tokenizer", "{tmp}/garbage.tiktoken"], "not a tiktoken ranks file"),
+    (["--top-k", "5"], "no effect at --temperature 0"),
+    (["--top-p", "0.9"], "no effect at --temperature 0"),
+    (["--method", "medusa", "--heads", "{weights}/draft.safetensors"], "holds a GPT model, not Medusa heads: pass it as"),
+    (["--method", "medusa", "--heads", "{weights}/eagle.safetensors"], "holds an EAGLE head, not Medusa heads: pass it as --eagle"),
+    (["--method", "eagle", "--eagle", "{weights}/medusa.safetensors"], "holds Medusa heads, not an EAGLE head: pass it as --heads"),
+    (["--method", "draft", "--draft", "{weights}/medusa.safetensors"], "holds Medusa heads, not a GPT model: pass it as --heads"),
+    (["--model", "{weights}/eagle.safetensors"], "holds an EAGLE head, not a GPT model: pass it as --eagle"),
 ])
 def test_more_bad_input_is_one_line_exit_2(model_file, tmp_path, argv, message, capsys):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 = 1\n".encode("latin-1"))
     (tmp_path / "number.jsonl").write_text('{"prompt": 5}\n')
     (tmp_path / "garbage.tiktoken").write_text("this is not\na ranks file at all\n")
-    argv = [a.format(tmp=tmp_path) for a in argv]
+    argv = [a.format(tmp=tmp_path, weights=WEIGHTS) for a in argv]
     base = ["--model", str(model_file)] + (["--prompt", "x"] if "--prompt-file" not in argv else [])
     with pytest.raises(SystemExit) as e:
         generate.main(base + argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_several_prompts_print_apart_with_their_own_seeds(model_file, tmp_path, capsys, enc):
+    """Each prompt's text under a heading, its stats line naming it; prompt i samples from seed + i
+    whatever the batch size, so identical prompts get independent samples, and a prompt's text
+    is the same alone as in a batch."""
+    (tmp_path / "p.txt").write_text("def f(x):\n" * 6)
+    base = ["--prompt-file", str(tmp_path / "p.txt"), "--model", str(model_file), "--max-new-tokens", "8",
+            "--temperature", "1", "--seed", "5"]
+    texts = {}
+    for b in ("1", "3"):
+        generate.main(base + ["--batch-size", b])
+        out, err = capsys.readouterr()
+        assert [line for line in out.splitlines() if line.startswith("===")] == [f"=== prompt {i} of 6 ===" for i in range(1, 7)]
+        assert "6 prompts from" in err and all(f"[prompt {i} of 6]" in err for i in range(1, 7))
+        texts[b] = [chunk.split("\n", 1)[1] for chunk in out.split("=== prompt ")[1:]]
+    assert texts["1"] == texts["3"]
+    assert len(set(texts["1"])) > 1  # six draws, not one draw six times
+    generate.main(base + ["--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model, prompt = GPT.from_hf(model_file), enc.encode_ordinary("def f(x):")
+    alone = lambda seed: run(autoregressive(model, prompt, Sampling(1.0), torch.Generator().manual_seed(seed), 64), 8)
+    assert [r["token_ids"] for r in rows[:2]] == [alone(5).token_ids, alone(6).token_ids]  # prompt i: seed + i
+
+
+def test_a_closed_pipe_ends_generate_quietly():
+    """`generate ... | head -1`: the reader goes after one line; the command ends with status 0 and
+    no traceback (Python's default is BrokenPipeError and status 1)."""
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec.generate", "--prompt-file", "docs/example_prompts.txt", "--json",
+                          "--max-new-tokens", "16"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=WEIGHTS.parent)
+    first = p.stdout.readline()
+    p.stdout.close()  # as head does after its line
+    err = p.stderr.read().decode()
+    assert json.loads(first)["prompt"] and p.wait(timeout=120) == 0 and "Traceback" not in err and "Error" not in err, err
 
 
 def test_a_model_trained_with_another_tokenizer_is_refused(tmp_path, capsys):
@@ -209,3 +252,19 @@ def test_end_of_text_just_past_the_budget_stops_for_length_in_every_method():
     for steps in ([[1], [2], [99]], [[1, 2, 99]]):  # plain decoding, and one speculative step
         res = run(fake_method(steps), max_new_tokens=2, stop_id=99)
         assert (res.token_ids, res.stop_reason) == ([1, 2], "length")
+
+
+def test_the_overview_and_help_name_every_method_and_training_job(capsys):
+    """Written from what exists (cli.METHODS, train's subcommands), so they cannot fall behind."""
+    from tinyspec import __main__ as overview
+    from tinyspec.cli import METHODS
+    from tinyspec.train import build_parser
+    overview.main()
+    text = capsys.readouterr().out
+    jobs = next(a.choices for a in build_parser()._actions if a.dest == "what")
+    assert "|".join(METHODS) in text and all(job in text for job in jobs) and {"eagle", "lookup", "auto"} <= set(METHODS)
+    with pytest.raises(SystemExit):
+        generate.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert all(f"{name}: " in help_text for name in METHODS)
+    assert "docs/example_prompts.txt" in help_text and "prompts.jsonl" not in help_text

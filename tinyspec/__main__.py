@@ -1,23 +1,33 @@
-"""`python -m tinyspec`: what the commands are, on one screen."""
+"""`python -m tinyspec`: what the commands are, on one screen, written from what exists: the
+methods from `cli.METHODS`, the training jobs from `train`'s own subcommands."""
 
-OVERVIEW = """tinyspec: a readable engine for speculative decoding (walkthrough.md is the book).
+from .cli import METHODS
+
+
+def overview() -> str:
+    from .train import build_parser as train_parser
+    jobs = next(a.choices for a in train_parser()._actions if a.choices and a.dest == "what")
+    return f"""tinyspec: a readable engine for speculative decoding (walkthrough.md is the book).
 
   python -m tinyspec.generate   generate text, plainly or speculatively, and see what happened
-      --prompt "def fibonacci(n):" --method ar|draft|medusa [--show] [--temperature T] [--json]
+      --prompt "def fibonacci(n):" --method {'|'.join(METHODS)}
+      [--show] [--temperature T] [--json] [--prompt-file FILE --batch-size B]
   python -m tinyspec.bench      every method on the same held-out prompts: tau, tokens/s, speedup
-      --quick                   (under a minute on a CPU); `bench kernels` times the Triton kernel (GPU)
-  python -m tinyspec.train      train the tokenizer, a GPT (target or draft), or Medusa heads
-      tokenizer | gpt --preset small | medusa   (outputs go to runs/, never over weights/)
+      --quick                   (a minute or two on a CPU); `bench report --out DIR` measures every GPU
+                                figure in one command; `bench kernels` times the Triton kernel
+  python -m tinyspec.train      train {', '.join(jobs)}
+      {' | '.join(jobs)}   (outputs go to runs/, never over weights/)
   python -m tinyspec.course     hand out chapters as assignments and grade them with the tests
       list | handout DIR --chapters sampling,kvcache | grade DIR
-  python -m tinyspec.data       regenerate the benchmark prompts from held-out stdlib modules
+  python -m tinyspec.data       regenerate the benchmark prompts from held-out modules
+  python -m tinyspec.figures    redraw the walkthrough's figures
 
 Each command has --help with examples. Tests: python -m pytest (the statistical ones: -m slow).
 """
 
 
 def main() -> None:
-    print(OVERVIEW, end="")
+    print(overview(), end="")
 
 
 if __name__ == "__main__":

@@ -193,11 +193,14 @@ def speculative_batch(target: GPT, draft: GPT, prompts: list[list[int]], samplin
     prefix with `accept`. k is the same for all rows (an int, or an `AdaptiveK` that learns from
     all of them), and no more than the row with the least room left allows."""
     device = target.lm_head.weight.device
+    # a row whose prompt fills max_len already has no room for a step: as at batch 1, it ends at once
+    rows = [r for r in new_rows(prompts, generators) if len(r.seq) <= max_len]
+    if not rows:
+        return
     caches = caches or (None, None)
-    t_cache = ready(caches[0], target, len(prompts), max_len + 1 + (k if isinstance(k, int) else k.k_max))
-    d_cache = ready(caches[1], draft, len(prompts), 2 * max_len)  # a draft that sat out steps catches up in one
+    t_cache = ready(caches[0], target, len(rows), max_len + 1 + (k if isinstance(k, int) else k.k_max))
+    d_cache = ready(caches[1], draft, len(rows), 2 * max_len)  # a draft that sat out steps catches up in one
     policy = k if isinstance(k, AdaptiveK) else None
-    rows = new_rows(prompts, generators)
     while rows:
         room = min(max_len - len(r.seq) for r in rows)
         k_step = min(policy.choose() if policy else k, room)

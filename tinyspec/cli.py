@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from .auto import BatchPolicy
 from .batch import (autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
@@ -28,7 +29,20 @@ from .medusa import MedusaHeads, medusa
 from .model import GPT
 from .speculative import AdaptiveK, accept_or_resample, speculative
 from .tokenizer import load_tokenizer
-from .verify import CHAIN_ONLY, SAMPLED, chain_rule
+from .verify import CHAIN_ONLY, RULES, SAMPLED, chain_rule
+
+# Every decoding method, and what it does in a line: the commands' help and `python -m tinyspec`
+# are written from this table.
+METHODS = {
+    "ar": "plain autoregressive decoding",
+    "draft": "speculative decoding with a draft model (Leviathan et al. 2022)",
+    "medusa": "Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)",
+    "eagle": "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass",
+    "lookup": "prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
+    "lookahead": "n-grams from the target's own Jacobi iterations, made and verified in the same pass",
+    "auto": "Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
+            "does not (measures forward costs first, a few seconds; batched, see --batch-size)",
+}
 
 # The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -147,10 +161,29 @@ def pick_device(name: str = "auto") -> torch.device:
 
 # ---- loading, with one-line errors ----------------------------------------------------------
 
+# What a tinyspec weights file holds, told by its first tensor's name: (a noun for it, its flag).
+HOLDS = {"transformer.": ("a GPT model", "--model or --draft"), "blocks.": ("Medusa heads", "--heads"),
+         "block.": ("an EAGLE head", "--eagle")}
+
+
+def refuse_other_kind(path: str | Path, expected: str) -> None:
+    """A weights file of another kind than `expected` (a HOLDS prefix), a draft given as --heads
+    say, is refused in one line naming what it holds and the flag that takes it."""
+    try:
+        with safe_open(Path(path), framework="pt") as f:
+            first = next(iter(f.keys()), "")
+    except Exception:  # a directory, or not safetensors at all: the loader says so
+        return
+    found = next((prefix for prefix in HOLDS if first.startswith(prefix)), expected)
+    if found != expected:
+        die(f"{path} holds {HOLDS[found][0]}, not {HOLDS[expected][0]}: pass it as {HOLDS[found][1]}")
+
+
 def load_model(path: str | Path, device: torch.device, dtype: torch.dtype, what: str = "model") -> GPT:
     path = Path(path)
     if not path.exists():
         die(f"{what} weights {path} not found: pass --{what} PATH, or train them (see README)")
+    refuse_other_kind(path, "transformer.")
     try:
         return GPT.from_hf(path, device=device, dtype=dtype).eval()
     except (ValueError, FileNotFoundError) as e:
@@ -227,6 +260,7 @@ def load_trained_for(cls, path: str | Path, target: GPT, device, dtype, what: st
     if not Path(path).is_file():
         die(f"{what} {path} not found: pass {flag} PATH, or train {'them' if many else 'one'} "
             f"(python -m tinyspec.train {command})")
+    refuse_other_kind(path, "blocks." if cls is MedusaHeads else "block.")
     try:
         loaded = cls.load(path, device, dtype)
     except ValueError as e:
@@ -294,6 +328,9 @@ class Decoder:
         limit = max(map(len, prompts)) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
         draft_free = self.method in ("lookup", "lookahead")
         rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
+        problem = check_rule(self.method, self.rule, sampling.temperature)
+        if problem:
+            raise ValueError(problem)
         inputs = (prompts, sampling, generators) if batched else (prompts[0], sampling, generators[0])
         cache = {} if batched else {"cache": self.cache}  # a batch makes its own BatchKVCache
         t = self.target
@@ -330,8 +367,13 @@ class Decoder:
         return autoregressive(t, *inputs, min(self.n_ctx, limit), self.cache, self.forward)
 
 
-def check_rule(method: str, rule: str | None) -> str | None:
-    """The one-line reason `rule` cannot judge `method`'s proposals, or None if it can."""
+def check_rule(method: str, rule: str | None, temperature: float = 0.0) -> str | None:
+    """The one-line reason `rule` cannot judge `method`'s proposals at `temperature` and keep the
+    output the target's own, or None if it can. Exact are: every rule at T = 0 (each reduces to
+    the argmax there), and at T > 0 the rules of `exact_rules`; `typical` is the one rule allowed
+    that is not exact (documented as lossy). The greedy rule at T > 0 is refused: its verified
+    steps take the argmax while the first token and every plain step are sampled, so the text is
+    neither sampling nor greedy decoding."""
     if rule is None:
         return None
     if method == "ar":
@@ -340,7 +382,16 @@ def check_rule(method: str, rule: str | None) -> str | None:
         return f"the {rule} rule verifies a chain (the draft method), not a tree"
     if method in ("lookup", "lookahead") and rule in SAMPLED:
         return f"the {rule} rule needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"
+    if rule == "greedy" and temperature > 0:
+        return (f"the greedy rule at temperature {temperature:g} is neither sampling nor greedy decoding: with "
+                f"--method {method} use --accept {' or '.join(exact_rules(method))} (exact) or typical (lossy), "
+                "or --temperature 0")
     return None
+
+
+def exact_rules(method: str) -> list[str]:
+    """The rules that keep `method`'s sampled output exactly the target's distribution."""
+    return [r for r in RULES if r not in ("greedy", "typical") and check_rule(method, r, 1.0) is None]
 
 
 def check_draft_free(method: str, k: int = 4, max_ngram: int = 3, window: int = 4, ngram: int = 3, guesses: int = 4,

@@ -6,8 +6,8 @@
     python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --k 4 --show
-    python -m tinyspec.generate --prompt-file prompts.jsonl --json
-    python -m tinyspec.generate --prompt-file prompts.jsonl --batch-size 8 --method auto
+    python -m tinyspec.generate --prompt-file docs/example_prompts.txt --json
+    python -m tinyspec.generate --prompt-file docs/example_prompts.txt --batch-size 8 --method auto
 
 The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model), `medusa.py`
 (Medusa trees), `eagle.py` (EAGLE), `lookup.py` and `lookahead.py` (no draft at all), with the
@@ -24,11 +24,12 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k,
+                  EAGLE_DEPTH, EAGLE_TOPK, METHODS, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k,
                   check_prompts, check_rule, check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
-                  pick_device, pick_dtype, set_threads, use_attention, use_colour)
+                  pick_device, pick_dtype, run_main, set_threads, use_attention, use_colour)
 from .batch import run_batch
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads
@@ -111,14 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="UTF-8 file: JSONL with a \"prompt\" field per line, or one prompt per line")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
                     "<|endoftext|>, or when the context window is full)")
-    ap.add_argument("--method", choices=["ar", "draft", "medusa", "eagle", "lookup", "lookahead", "auto"], default="ar",
-                    help="ar: plain autoregressive decoding; draft: speculative decoding with a draft model; "
-                    "medusa: Medusa heads propose a tree, verified in one target pass; eagle: an EAGLE head drafts "
-                    "the target's features and grows a tree (EAGLE-2), verified in one target pass; lookup: prompt "
-                    "lookup, the text's own earlier continuation of its last tokens is the proposal; lookahead: "
-                    "n-grams from the target's own Jacobi iterations, made and verified in the same pass; auto: Medusa "
-                    "where it pays at the batch's size and the running acceptance, plain decoding where it does not "
-                    "(measures forward costs first, a few seconds; batched, see --batch-size)")
+    ap.add_argument("--method", choices=list(METHODS), default="ar",
+                    help="; ".join(f"{name}: {what}" for name, what in METHODS.items()))
     ap.add_argument("--batch-size", type=int, default=1, help="decode the prompts B at a time: the B rows share "
                     "every forward, each accepts its own proposals, and each row's output is its batch-1 output; each "
                     "prompt's text is printed when its batch is done")
@@ -159,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more)")
     ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only")
     ap.add_argument("--top-p", type=float, help="nucleus sampling: the most likely tokens holding this much mass")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generators: prompt i of the file "
+                    "(from 0) draws from its own generator seeded seed + i, whatever --batch-size, so identical prompts "
+                    "get independent samples and a prompt's text does not depend on the batch it is in")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
@@ -177,7 +174,7 @@ def check_method_flags(args) -> None:
     for flag, methods in METHOD_FLAGS.items():
         if getattr(args, flag) is not None and args.method not in methods:
             die(f"--{flag.replace('_', '-')} applies to --method {' or '.join(methods)}, not {args.method}")
-    problem = check_rule(args.method, args.accept)
+    problem = check_rule(args.method, args.accept, args.temperature)
     if problem:
         die(problem)
 
@@ -236,6 +233,11 @@ def parse_k(args) -> int | str:
     return k
 
 
+def heading(i: int, n: int) -> str:
+    """The line above prompt i's text when there are several, so outputs read apart."""
+    return f"{'' if i == 0 else chr(10)}=== prompt {i + 1} of {n} ===\n" if n > 1 else ""
+
+
 def summary(stats: dict) -> str:
     line = f"{stats['new_tokens']} tokens in {stats['wall_s']:.2f}s ({stats['tokens_per_s']:.1f} tokens/s), " \
            f"{stats['target_steps']} target forwards"
@@ -249,11 +251,7 @@ def summary(stats: dict) -> str:
 
 
 def main(argv=None) -> None:
-    try:
-        generate(build_parser().parse_args(argv))
-    except KeyboardInterrupt:  # while loading; during decoding `run` returns what it has
-        print("\n[interrupted]", file=sys.stderr)
-        raise SystemExit(130)
+    generate(build_parser().parse_args(argv))
 
 
 def generate(args) -> None:
@@ -262,6 +260,9 @@ def generate(args) -> None:
         sampling.check()
     except ValueError as e:
         die(str(e))
+    if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):
+        die("--top-k and --top-p shape sampling and have no effect at --temperature 0 (greedy): drop them, or "
+            "sample with --temperature T")
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     check_method_flags(args)
@@ -307,7 +308,10 @@ def generate(args) -> None:
         problem = check_draft_free(args.method, k, n_ctx=n_ctx, **free)
         if problem:
             die(problem)
-    encoded = [enc.encode_ordinary(p) for p in prompts]
+    if args.prompt_file:
+        print(f"{len(prompts)} prompt{'s' * (len(prompts) > 1)} from {args.prompt_file}", file=sys.stderr)
+    encoded = [enc.encode_ordinary(p) for p in tqdm(prompts, desc="encoding", unit="prompt", file=sys.stderr,
+                                                    disable=len(prompts) < 1000)]
     check_prompts(encoded, n_ctx)
     c = cost_ratio(model, draft) if k == "auto" else None
     decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
@@ -316,7 +320,7 @@ def generate(args) -> None:
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
 
-    def report(prompt: str, res, printer: Printer | None, extra: dict) -> None:
+    def report(prompt: str, res, printer: Printer | None, extra: dict, i: int) -> None:
         nonlocal peak
         stats = res.stats() | extra
         # Each target forward reads every weight once, however many tokens it scores: bytes x
@@ -334,7 +338,7 @@ def generate(args) -> None:
             printer.finish()
             if res.stop_reason == "context":
                 print(f"[stopped: the model's context of {n_ctx} tokens is full]", file=sys.stderr)
-            print(summary(stats), file=sys.stderr)
+            print((f"[prompt {i + 1} of {len(prompts)}] " if len(prompts) > 1 else "") + summary(stats), file=sys.stderr)
             if colour:
                 print(LEGEND, file=sys.stderr)
         else:
@@ -347,28 +351,28 @@ def generate(args) -> None:
     if args.batch_size > 1 or args.method == "auto":  # rows decoded together; each printed when its batch is done
         for first in range(0, len(prompts), args.batch_size):
             rows = encoded[first:first + args.batch_size]
-            generators = [torch.Generator(device=device).manual_seed(args.seed) for _ in rows]  # as each alone
+            generators = [torch.Generator(device=device).manual_seed(args.seed + first + i) for i in range(len(rows))]
             results = run_batch(decoder.batch_steps(rows, sampling, generators, args.max_new_tokens), len(rows),
                                 args.max_new_tokens, enc.eot_token)
             tokens, wall = sum(len(r.token_ids) for r in results), max(r.wall_s for r in results)
             together = dict(batch_size=len(rows), latency_s=None, batch_tokens_per_s=round(tokens / max(wall, 1e-9), 2))
-            for prompt, res in zip(prompts[first:], results):
+            for i, (prompt, res) in enumerate(zip(prompts[first:], results), first):
                 printer = None if args.json else Printer(enc, colour=colour)
                 if printer:
-                    print(prompt, end="")
+                    print(heading(i, len(prompts)) + prompt, end="")
                     printer(Step(res.token_ids, res.sources))
-                report(prompt, res, printer, together | {"latency_s": round(res.wall_s, 4)})
+                report(prompt, res, printer, together | {"latency_s": round(res.wall_s, 4)}, i)
             if not args.json:
                 print(f"[batch of {len(rows)}: {tokens} tokens in {wall:.2f}s, {tokens / max(wall, 1e-9):.1f} tokens/s "
                       "together; each row's time above is its latency]", file=sys.stderr)
         return
-    for prompt, ids in zip(prompts, encoded):
-        generator = torch.Generator(device=device).manual_seed(args.seed)
+    for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+        generator = torch.Generator(device=device).manual_seed(args.seed + i)
         steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
         printer = None if args.json else Printer(enc, colour=colour)
         if printer:
-            print(prompt, end="", flush=True)
-        report(prompt, run(steps, args.max_new_tokens, enc.eot_token, printer, device), printer, {})
+            print(heading(i, len(prompts)) + prompt, end="", flush=True)
+        report(prompt, run(steps, args.max_new_tokens, enc.eot_token, printer, device), printer, {}, i)
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # Ctrl-C while loading (during decoding `run` returns what it has), or a closed pipe

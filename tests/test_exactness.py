@@ -1,0 +1,123 @@
+"""Every method x acceptance rule x temperature that the command line accepts keeps the contract:
+at T = 0 the output is plain greedy decoding's, token for token; at T > 0 it has exactly the
+target's distribution (chi-square on a tiny vocabulary), except `typical`, the one rule documented
+as lossy. What breaks the contract is refused in one line (`cli.check_rule`), and a planted bug
+(the greedy rule let through at T = 1) shows that the distribution test would notice."""
+import pytest
+import torch
+
+from tinyspec import auto, cli, generate
+from tinyspec.batch import run_batch
+from tinyspec.cli import Decoder, check_rule
+from tinyspec.decoding import autoregressive, run
+from tinyspec.sampling import Sampling
+from tinyspec.tree import Tree
+from tinyspec.verify import RULES
+
+from conftest import random_gpt, random_heads
+from test_eagle import random_head
+from test_lookup import exact_distribution
+from test_speculative import chi_square, critical_value
+
+METHODS = ["draft", "medusa", "eagle", "lookup", "lookahead", "auto"]
+V, N = 8, 2  # vocabulary, tokens compared
+PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # every token
+ROWS = 32  # occurs in both, so prompt lookup always proposes; rows alternate between the two prompts
+
+
+def allowed(temperature):
+    return [(m, r) for m in METHODS for r in RULES if check_rule(m, r, temperature) is None]
+
+
+def test_the_greedy_rule_is_refused_at_every_temperature_above_zero_and_only_there():
+    for method in METHODS:
+        for t in (0.5, 1.0, 2.0):
+            problem = check_rule(method, "greedy", t)
+            assert problem and "--accept" in problem and "\n" not in problem
+            assert all(r in problem for r in cli.exact_rules(method))
+        assert check_rule(method, "greedy", 0.0) is None
+    assert ("draft", "greedy") not in allowed(1.0) and ("draft", "lossless") in allowed(1.0)
+    assert [r for m, r in allowed(1.0) if m == "lookup"] == ["typical", "pointmass"]
+
+
+def test_generate_refuses_the_greedy_rule_when_sampling(capsys):
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--prompt", "x", "--method", "medusa", "--accept", "greedy", "--temperature", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "lossless or pointmass" in err
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=1)
+    return dict(target=target, draft=random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=2),
+                heads=with_accuracy(random_heads(16, 2, seed=2, scale=1.0)), eagle=random_head(target, 2, 2.0),
+                exact=[exact_distribution(target, p, Sampling(1.0), N) for p in PROMPTS])
+
+
+def with_accuracy(heads):
+    """Held-out accuracies for `auto`'s trees (made up: they shape the trees, not the exactness)."""
+    heads.accuracy = torch.tensor([[0.5, 0.2, 0.1]] * heads.n_heads)
+    return heads
+
+
+def decoder(m, method, rule):
+    """The command line's Decoder for `method` judged by `rule`; Medusa's tree has distinct
+    siblings (ranks), so it is a valid top-k tree for pointmass and a shape for sampled trees."""
+    heads = m["eagle"] if method == "eagle" else m["heads"]
+    tree = Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)) if method == "medusa" else None
+    if method == "auto":  # Medusa, its tree chosen per step: here always a tree of 4 nodes (costs mean nothing)
+        d = Decoder(m["target"], "medusa", None, 3, heads, tree, rule)
+        d.method, d.policy = "auto", auto.BatchPolicy(m["target"], heads, sizes=(4,), costs=(lambda r, t: 1.0, lambda r: 0.0))
+        d.policy.choose = lambda rows: d.policy.trees[4]
+        return d
+    return Decoder(m["target"], method, m["draft"] if method == "draft" else None, 3, heads, tree, rule,
+                   eagle_tree=(2, 2, 4), window=2, ngram=2, guesses=3)
+
+
+def counts_of(d, sampling, n_samples):
+    counts, proposed = [torch.zeros(V ** N) for _ in PROMPTS], 0
+    for first in range(0, len(PROMPTS) * n_samples, ROWS):
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
+        generators = [torch.Generator().manual_seed(first + i) for i in range(ROWS)]
+        for i, r in enumerate(run_batch(d.batch_steps(prompts, sampling, generators, N), ROWS, N)):
+            counts[i % len(PROMPTS)][r.token_ids[0] * V + r.token_ids[1]] += 1
+            proposed += r.proposed
+    return counts, proposed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, rule", [c for c in allowed(1.0) if c[1] != "typical"])
+def test_every_exact_combination_has_the_target_distribution(tiny, method, rule):
+    counts, proposed = counts_of(decoder(tiny, method, rule), Sampling(1.0), 1536)
+    for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
+        stat, dof = chi_square(c, exact)
+        assert stat < critical_value(dof), f"{method}@{rule}, prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
+    assert method == "lookahead" or proposed > 0  # proposals were judged (lookahead's pool fills later)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["medusa", "eagle", "lookup"])
+def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
+    """(The draft's loop judges a chain with the lossless rule when asked for greedy, which is
+    exact at every temperature; the command line refuses the name at T > 0 all the same.)"""
+    monkeypatch.setattr(cli, "check_rule", lambda *a: None)
+    counts, _ = counts_of(decoder(tiny, method, "greedy"), Sampling(1.0), 768)
+    stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
+    assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"
+
+
+@pytest.mark.parametrize("method, rule", allowed(0.0))
+def test_every_combination_at_t0_is_plain_greedy_decoding(counting_gpt, method, rule):
+    from test_batch import mixed_prompts
+    from test_speculative import perturbed
+    m = dict(target=counting_gpt, draft=perturbed(counting_gpt, 0.5, 1), heads=with_accuracy(random_heads(32, 3, seed=1)),
+             eagle=random_head(counting_gpt, 1, 3.0))
+    d = decoder(m, method, rule)
+    prompts = mixed_prompts(4, seed=3)
+    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 24).token_ids for p in prompts]
+    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4, 24), 4, 24)
+    assert [r.token_ids for r in rows] == plain
+    if method != "auto":
+        assert [run(d.steps(p, Sampling(0.0), None, 24), 24).token_ids for p in prompts] == plain
