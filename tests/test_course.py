@@ -58,3 +58,35 @@ def test_bad_course_commands(tmp_path, capsys):
     with pytest.raises(SystemExit):
         course.main(["grade", str(tmp_path)])
     assert "does not look like" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_chapter_grades_zero_as_handed_out_and_full_marks_with_the_solutions(tmp_path, capsys):
+    """All chapters handed out: every graded test fails on the stubs; with the project's own files
+    copied back, every chapter grades full marks and `grade` exits 0 (slow-marked tests included:
+    a test the project's pytest configuration deselects must still run when grading)."""
+    out = tmp_path / "hw"
+    course.main(["handout", str(out)])
+    scores = course.grade(out, list(course.CHAPTERS))
+    assert all(passed == 0 for passed, _ in scores.values()), scores
+    shutil.rmtree(out / "tinyspec")
+    shutil.copytree(course.ROOT / "tinyspec", out / "tinyspec")
+    capsys.readouterr()
+    course.main(["grade", str(out)])  # raises SystemExit(1) unless every test passed
+    total = sum(len(ch.tests) for ch in course.CHAPTERS.values())
+    assert f"total        {total}/{total}" in capsys.readouterr().out
+
+
+def test_a_graded_test_that_did_not_run_is_said(tmp_path, monkeypatch):
+    monkeypatch.setitem(course.CHAPTERS, "ghost", course.Chapter("0", (), ("tests/test_course.py::test_no_such_test",)))
+    shown = []
+    assert course.grade(course.ROOT, ["ghost"], show=shown.append) == {"ghost": (0, 1)}
+    assert "test_no_such_test not run" in shown[0]
+
+
+def test_handout_into_a_place_that_cannot_be_written_fails_before_copying(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit) as e:
+        course.main(["handout", str(tmp_path / "afile" / "hw")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "afile is a file" in err

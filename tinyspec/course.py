@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import ArgumentParser, die
+from .cli import ArgumentParser, check_output, die, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "tests", "weights"]
@@ -144,25 +144,29 @@ def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
 def grade(directory: Path, chapters: list[str], show=None) -> dict[str, tuple[int, int]]:
     """Run each chapter's tests in `directory` (its own tinyspec first on the path); returns
     {chapter: (tests passed, tests)}, a test counting as passed when all its cases pass.
-    show(text): receives pytest's report of the failures."""
+    Every graded test runs whatever its pytest marks (`-m ""`: the project's own configuration
+    leaves the slow ones out of a plain `pytest`). show(text): receives pytest's report of the
+    failures, and a line for each graded test that was skipped or did not run at all."""
     scores = {}
     env = dict(os.environ, PYTHONPATH=str(directory) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for c in chapters:
         tests = CHAPTERS[c].tests
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.xml"
-            p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider",
+            p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-m", "",
                                 f"--junitxml={report}", *tests], cwd=directory, env=env, capture_output=True, text=True)
-            failed = {}
+            outcome = {}  # test name -> "passed", "failed" or "skipped" (worst of its cases)
             if report.is_file():
                 for case in ET.parse(report).getroot().iter("testcase"):
                     name = case.get("name", "").split("[")[0]  # parametrized cases count toward their test
-                    bad = any(child.tag in ("failure", "error", "skipped") for child in case)
-                    failed[name] = failed.get(name, False) or bad
-            passed = sum(failed.get(t.split("::")[1]) is False for t in tests)
-            scores[c] = (passed, len(tests))
-            if passed < len(tests) and show is not None:
-                show(p.stdout + p.stderr)
+                    tags = {child.tag for child in case}
+                    this = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+                    outcome[name] = max(outcome.get(name, "passed"), this, key=["passed", "skipped", "failed"].index)
+            results = {t: outcome.get(t.split("::")[1], "not run") for t in tests}
+            scores[c] = (sum(r == "passed" for r in results.values()), len(tests))
+            if show is not None and scores[c][0] < len(tests):
+                show(p.stdout + p.stderr + "".join(f"{c}: {t} {r} (counted as not passed)\n" for t, r in results.items()
+                                                   if r in ("skipped", "not run")))
     return scores
 
 
@@ -199,6 +203,7 @@ def main(argv=None) -> None:
     if unknown:
         die(f"unknown chapter(s) {', '.join(unknown)}: choose from {', '.join(CHAPTERS)}")
     if args.verb == "handout":
+        check_output(args.out_dir, "handout", directory=True)
         stubbed = handout(Path(args.out_dir), chapters)
         for file, n in stubbed.items():
             print(f"{file}: {n} function(s) to write")
@@ -214,4 +219,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
