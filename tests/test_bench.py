@@ -81,7 +81,9 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
     (["--tokenizer", "{d}/none.tiktoken"], "cannot load the tokenizer"),
     (["--heads", "{d}/none.safetensors", "--methods", "medusa:8"], "not found"),
     (["--heads", "{d}/other.safetensors", "--methods", "medusa:8"], "different target"),
-    (["--heads", "{d}/target.safetensors", "--methods", "medusa:8"], "not a Medusa heads file"),
+    (["--heads", "{d}/target.safetensors", "--methods", "medusa:8"], "holds a GPT model, not Medusa heads"),
+    (["--methods", "medusa:8@greedy", "--temperatures", "0,1"], "medusa:8@greedy at temperature 1: the greedy rule"),
+    (["--prompts", "{d}/binary.jsonl"], "not UTF-8 text"),
     (["--prompts", "{d}/nocategory.jsonl"], "category"),
     (["--prompts", "{d}/long.jsonl", "--categories", "code"], "shorten it"),
     (["--max-new-tokens", "400", "--categories", "code"], "lower --max-new-tokens to"),
@@ -93,6 +95,7 @@ def test_bad_benchmark_input_is_one_line_exit_2(files, argv, message, capsys):
     heads.target_fingerprint = random_gpt(vocab_size=8192, n_ctx=320, seed=7).fingerprint()
     heads.save(files / "other.safetensors")
     (files / "nocategory.jsonl").write_text('{"prompt": "def f():"}\n')
+    (files / "binary.jsonl").write_bytes(bytes(range(256)))
     (files / "long.jsonl").write_text(json.dumps({"category": "code", "prompt": "x = 1\n" * 400}) + "\n")
     argv = [a.format(d=files) for a in argv]
     with pytest.raises(SystemExit) as e:
@@ -126,3 +129,46 @@ def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
         assert {"temperature", "category", "tau", "tokens_per_s", "speedup", "same_as_ar", "weights_GBps"} <= set(m)
     assert {h["mode"] for h in report["hf"]} >= {"hf", "hf-assisted"}
     assert all(h["tokens_per_s"] > 0 for h in report["hf"])
+
+
+@pytest.mark.parametrize("argv", [["--save", "{bad}/r.json"], ["--plot", "{bad}/figures"], ["report", "--out", "{bad}/r"]])
+def test_an_output_that_cannot_be_written_fails_before_the_work(files, tmp_path, argv, capsys, monkeypatch):
+    """A 67-minute benchmark must not die at its end on a bad path: the path is checked first."""
+    (tmp_path / "afile").write_text("")
+    argv = [a.format(bad=tmp_path / "afile") for a in argv]
+    monkeypatch.setattr(bench, "prepare", lambda *a: pytest.fail("the benchmark ran before its output was checked"))
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv + ["--model", str(files / "target.safetensors")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "afile is a file, not a folder" in err and err.count("\n") == 1, err
+
+
+def test_results_are_printed_before_they_are_saved(files, tmp_path, capsys, monkeypatch):
+    def refuse(path, report):
+        assert "ar" in capsys.readouterr().out  # the table is out already
+        raise OSError("disk full")
+    monkeypatch.setattr(bench, "atomic_write_json", refuse)
+    with pytest.raises(OSError):
+        bench.main(["--quick", "--no-hf", "--methods", "ar", "--categories", "code", "--max-new-tokens", "4",
+                    "--model", str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")])
+
+
+def test_help_names_every_method_and_the_other_benchmark_commands(capsys):
+    from tinyspec.cli import METHODS
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    text = capsys.readouterr().out
+    assert "bench report --out" in text and "bench kernels" in text
+    assert all(name in text for name in METHODS)
+
+
+def test_a_closed_pipe_ends_the_benchmark_quietly(files):
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec.bench", "--quick", "--no-hf", "--methods", "ar", "--categories",
+                          "code", "--max-new-tokens", "4", "--model", str(files / "target.safetensors")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # as `| head -1` does
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -4,6 +4,7 @@
     python -m tinyspec.bench --methods ar,draft:4,draft:4@block --temperatures 1 --json
     python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)
     python -m tinyspec.bench --batch-sizes 1,2,4,8,16 --methods ar,medusa:16,auto --temperatures 0
+    python -m tinyspec.bench report --out runs/report     # every GPU figure in one command (GPU)
     python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)
 
 The prompts (`tinyspec/prompts.jsonl`, made by `python -m tinyspec.data`) come from standard
@@ -34,9 +35,9 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k, check_rule, check_tokenizer,
+                  EAGLE_DEPTH, EAGLE_TOPK, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_output, check_k, check_rule, check_tokenizer,
                   check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model, pick_device,
-                  pick_dtype, set_threads, use_attention)
+                  pick_dtype, run_main, set_threads, use_attention)
 from .batch import run_batch
 from .decoding import run
 from .files import atomic_write_json
@@ -210,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.bench", description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]) + "\n\n"
-                        "`python -m tinyspec.bench kernels --help` describes the kernel benchmark.")
+                        "Two more commands: `bench report --out DIR` runs the GPU tests, the kernel table, every method on both paths "
+                        "and Hugging Face, and writes DIR/report.json and report.md (on a CPU, a quick subset); `bench "
+                        "kernels` times the tree-attention kernel against SDPA. Each has its own --help.")
     ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K (prompt lookup), lookahead:W,N,G (its commas stay inside the spec), each optionally @RULE to "
                     "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
                     f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
@@ -268,8 +271,13 @@ BATCH_LEGEND = ("tau = tokens per row per target forward, correction/bonus inclu
 def read_prompt_rows(path: Path) -> list[dict]:
     if not path.is_file():
         die(f"--prompts {path} not found: make it with python -m tinyspec.data")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        die(f"--prompts {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a JSONL file made by "
+            "python -m tinyspec.data")
     rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -302,7 +310,12 @@ def main(argv=None) -> None:
         from .report import main as report_main
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.save:  # checked before the work: a finished benchmark must never be lost to a bad path
+        check_output(args.save, "--save")
+    if args.plot:
+        check_output(args.plot, "--plot", directory=True)
     report = measure_batches(args, argv) if args.batch_sizes else measure(args, argv)
+    show(report, args)  # printed before anything is written
     if args.plot:
         try:
             from .plots import write_batch_plots, write_plots
@@ -312,8 +325,12 @@ def main(argv=None) -> None:
             print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
     if args.save:
         atomic_write_json(Path(args.save), report)
+
+
+def show(report: dict, args) -> None:
+    """The report on stdout: JSON with --json, else its tables."""
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1), flush=True)
         return
     print(f"device: {report['device']}, {report['dtype']}; {args.max_new_tokens} new tokens per prompt; median of "
           f"{args.repeats} timed pass(es). {LEGEND if not args.batch_sizes else BATCH_LEGEND}")
@@ -330,6 +347,7 @@ def main(argv=None) -> None:
               "same = prompts whose greedy tokens are tinyspec's):")
         print_table(report["huggingface"], ["method", "temperature", "category", "tokens_per_s", "tinyspec_speedup",
                                             "same_as_tinyspec"], ["method", "T", "category", "tok/s", "tinyspec x", "same"])
+    sys.stdout.flush()
 
 
 def prepare(args):
@@ -349,6 +367,10 @@ def prepare(args):
             Sampling(t).check()
     except ValueError as e:
         die(f"--temperatures must be comma-separated temperatures, 0 or >= 0.001: {args.temperatures!r} ({e})")
+    for (name, param), t in itertools.product(specs, temperatures):
+        problem = check_rule(name, param.partition("@")[2] or None, t)
+        if problem:
+            die(f"{name}:{param} at temperature {t:g}: {problem}")
     unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
     if unknown:
         die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
@@ -517,4 +539,4 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # bench, bench report and bench kernels alike: Ctrl-C or a closed pipe end quietly

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, die, examples, load_model, pick_device, set_threads
+from .cli import DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples, load_model, pick_device, run_main, set_threads
 from .files import atomic_write_json
 from .kvcache import KVCache
 from .model import prefix_mask
@@ -370,7 +370,7 @@ def main(argv=None) -> None:
             pyplot()
         except ImportError:
             die("these figures need matplotlib: pip install -e '.[plot]'")
-    out = Path(args.out)
+    out = check_output(args.out, "--out", directory=True)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     if "residual" in args.figures:
@@ -407,4 +407,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

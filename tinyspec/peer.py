@@ -13,9 +13,25 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 
 import torch
 
+
+@contextmanager
+def quiet_transformers():
+    """transformers' own notices are not ours to show: its assisted generation hands the assistant
+    a generation config together with loose arguments, which its newer versions warn is deprecated
+    (nothing in our call can change that), and loading weights draws progress bars."""
+    from transformers.utils import logging
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        logging.enable_progress_bar()
 
 
 def export(model, directory: str):
@@ -63,7 +79,7 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
     """Rows per mode, temperature and category: 'hf' (plain generate), 'hf-assisted' (with the
     draft), 'hf-static-compiled'. greedy_tokens(prompt): tinyspec's greedy output, which HF's
     must match at temperature 0. A mode that fails (e.g. compilation) gives a row with its error."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, quiet_transformers():
         hf = export(target, f"{tmp}/target")
         assistant = export(draft, f"{tmp}/draft") if draft is not None and "hf-assisted" in modes else None
         options = {"hf": {}, "hf-assisted": dict(assistant_model=assistant)}

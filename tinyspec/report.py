@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import ArgumentParser, HelpFormatter, die, examples, pick_device
+from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
 from .files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,9 +145,7 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        die(f"--out {out} is a file: give a directory")
+    out = check_output(args.out, "--out", directory=True)  # before the work: a finished report must not be lost
     skip = set(args.skip.split(",")) - {""}
     if skip - {"tests", "kernels", "methods", "hf"}:
         die(f"--skip takes tests, kernels, methods, hf; got {args.skip!r}")
