@@ -422,5 +422,5 @@ def test_train_eagle_command_writes_head_card_and_resumes(tmp_path):
     for a, b in zip(head.state_dict().values(), EagleHead.load(tmp_path / "e.safetensors").state_dict().values()):
         assert torch.equal(a, b)
     with pytest.raises(SystemExit) as e:
-        train.main(argv[:-8] + ["--run-dir", str(tmp_path / "empty"), "--resume"])
+        train.main([str(tmp_path / "empty") if a == str(tmp_path / "run") else a for a in argv] + ["--resume"])
     assert e.value.code == 2

@@ -134,3 +134,49 @@ def test_keep_best_saves_the_weights_of_the_best_validation(tmp_path):
     out, kept = (GPT.from_hf(tmp_path / "kb" / name) for name in ("out.safetensors", "best.safetensors"))
     for a, b in zip(out.state_dict().values(), kept.state_dict().values()):
         torch.testing.assert_close(a.float(), b.float(), atol=1e-2, rtol=1e-2)  # out is stored in bfloat16
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tokenizer", "--vocab-size", "1"], "--vocab-size must be in 257..65536"),
+    (["tokenizer", "--text", "{tmp}/none.txt"], "--text {tmp}/none.txt: no such file"),
+    (["gpt", "--preset", "tiny", "--text", "{tmp}/binary.bin"], "is not UTF-8 text"),
+    (["gpt", "--preset", "tiny", "--n-ctx", "100000"], "--n-ctx 100000 is more than 8192"),
+    (["gpt", "--preset", "tiny", "--run-dir", "{tmp}/afile/run"], "--run-dir {tmp}/afile/run: {tmp}/afile is a file"),
+    (["gpt", "--preset", "tiny", "--out", "{tmp}/afile/m.safetensors"], "afile is a file, not a folder"),
+    (["tokenizer", "--out", "{tmp}/afile/t.tiktoken"], "afile is a file, not a folder"),
+    (["medusa", "--out", "{tmp}/afile/m.safetensors"], "afile is a file, not a folder"),
+    (["eagle", "--run-dir", "{tmp}/afile/run"], "afile is a file, not a folder"),
+])
+def test_bad_training_input_is_one_line_exit_2_before_any_work(tmp_path, argv, message, capsys, monkeypatch):
+    """Each is refused before a corpus is read or a tensor allocated, and leaves no folder behind
+    (an empty runs/ once appeared after a refused run)."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train.data, "corpus", lambda *a: pytest.fail("the corpus was read before the input was checked"))
+    monkeypatch.setattr(train.data, "prepare", lambda *a: pytest.fail("the corpus was read before the input was checked"))
+    with pytest.raises(SystemExit) as e:
+        train.main([a.format(tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "binary.bin"]
+
+
+@pytest.mark.slow
+def test_medusa_training_of_a_few_steps_writes_heads_and_card(tmp_path):
+    """Nine steps once crashed after training (the card read each head's loss over the last tenth
+    of the steps, and 9 * 0.9 left none)."""
+    run = tmp_path / "m"
+    train.main(["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
+                "--run-dir", str(run), "--out", str(run / "medusa.safetensors"), "--data-dir", str(tmp_path / "data"),
+                "--threads", "1"])
+    assert (run / "medusa.safetensors").is_file() and "| 1 |" in (run / "medusa.md").read_text()
+
+
+def test_every_training_job_has_examples_and_documented_flags():
+    parser = train.build_parser()
+    jobs = next(a for a in parser._actions if a.dest == "what").choices
+    for name, sub in jobs.items():
+        assert "examples:" in sub.format_help() and f"python -m tinyspec.train {name}" in sub.format_help()
+        undocumented = [a.dest for a in sub._actions if a.help is None]
+        assert not undocumented, f"train {name}: {undocumented}"

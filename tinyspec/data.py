@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .files import atomic_write_json, atomic_write_text
-from .cli import ArgumentParser
+from .cli import ArgumentParser, run_main
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -168,4 +168,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

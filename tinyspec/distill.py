@@ -119,7 +119,7 @@ def train_heads(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_le
         loss.backward()
         opt.step()
         bar.set_postfix(loss=f"{loss.item():.3f}", head1=f"{per_head[0]:.2f}")
-        if step >= steps * 0.9:
+        if step >= steps - max(1, steps // 10):  # the last tenth of the steps, and at least the last step
             tail.append(per_head)
     return [sum(col) / len(col) for col in zip(*tail)] if tail else []
 

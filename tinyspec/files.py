@@ -13,6 +13,9 @@ from safetensors.torch import save_file
 
 
 def _tmp(path: Path) -> Path:
+    """The temporary name beside `path`; the folders on the way are made here, when there is
+    something to write (an output path is checked, not made, before the work: `unwritable`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 

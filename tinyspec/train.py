@@ -34,7 +34,8 @@ import torch
 from tqdm import tqdm
 
 from . import data, distill
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_tokenizer, die, examples, pick_device, set_threads
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_output, check_tokenizer, die, examples, pick_device,
+                  run_main, set_threads)
 from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from .model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
@@ -44,19 +45,39 @@ from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
 from .tree import expected_accepted, from_accuracies
 
 
+# The longest context `train gpt` accepts: attention costs n_ctx^2 per layer and the learned position
+# table has n_ctx rows, and GPT-2 itself stops at 1024; beyond a few thousand nothing trains here.
+MAX_N_CTX = 8192
+
+
 # ---- tokenizer ------------------------------------------------------------------------------
 
-def check_output(path: str | Path, force: bool) -> Path:
-    """Where a command writes; the shipped weights are never replaced by accident."""
-    path = Path(path)
+def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Path:
+    """Where a command writes, checked before the work (`cli.check_output`); the shipped weights
+    are never replaced by accident. Nothing is created here: an aborted run leaves no empty folders."""
+    path = check_output(path, flag)
     if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
         die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
-    path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
+def check_texts(paths: list[str] | None) -> None:
+    """--text files: each must exist and be UTF-8 text (a binary file would train on noise)."""
+    for f in paths or []:
+        path = Path(f)
+        if not path.is_file():
+            die(f"--text {f}: no such file")
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            die(f"--text {f} is not UTF-8 text ({e.reason} at byte {e.start}): give a text file")
+
+
 def train_tokenizer(args) -> None:
-    check_output(args.out, args.force)
+    if not 257 <= args.vocab_size <= 2 ** 16:  # 256 byte tokens + <|endoftext|>; token files are uint16
+        die(f"--vocab-size must be in 257..65536 (the 256 bytes, merges, and <|endoftext|>), got {args.vocab_size}")
+    check_destination(args.out, args.force)
+    check_texts(args.text)
     texts = data.corpus("train", args.text)
     print(f"counting chunks in {len(texts)} documents ({sum(map(len, texts)) / 1e6:.1f}M characters)")
     counts = None
@@ -145,18 +166,22 @@ def train_gpt(args) -> None:
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
     enc = load_tokenizer(args.tokenizer)
-    out = check_output(args.out or Path(args.run_dir or f"runs/{args.preset}") / "final.safetensors", args.force)
+    run_dir = check_output(args.run_dir or f"runs/{args.preset}", "--run-dir", directory=True)
+    out = check_destination(args.out or run_dir / "final.safetensors", args.force)
+    check_texts(args.text)
     overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
     config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
     if config.n_embd % config.n_head:
         die(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
+    if config.n_ctx > MAX_N_CTX:
+        die(f"--n-ctx {config.n_ctx} is more than {MAX_N_CTX}: attention over n_ctx positions costs n_ctx^2 per layer "
+            "and the learned position table has n_ctx rows, so this would not train on one machine; use a smaller one")
     args.block_size = min(args.block_size or config.n_ctx, config.n_ctx)
     torch.manual_seed(args.seed)
     model = GPT(config).to(device)
     model.tokenizer_fingerprint = enc.fingerprint
     opt = make_optimizer(model, args.lr, args.weight_decay)
     data_rng = torch.Generator().manual_seed(args.seed)
-    run_dir = Path(args.run_dir or f"runs/{args.preset}")
     step, tokens_seen, history, seconds_before = 0, 0, [], 0.0
     if args.resume:
         if latest_checkpoint(run_dir) is None:
@@ -175,6 +200,9 @@ def train_gpt(args) -> None:
     data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
     meta = json.loads((data_path / "meta.json").read_text())
     train_tokens, val_tokens = data.TokenFile(data_path / "train.bin"), data.TokenFile(data_path / "val.bin")
+    if min(len(train_tokens), len(val_tokens)) <= args.block_size + 1:
+        die(f"a training window of {args.block_size} tokens does not fit the corpus splits ({len(train_tokens)} and "
+            f"{len(val_tokens)} tokens): use a smaller --block-size or --n-ctx")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16 or device.type == "cuda")
     step_fn = torch.compile(model) if args.compile else model  # compile only the step; `model` stays plain
     tokens_per_step = args.batch_size * args.block_size
@@ -193,7 +221,6 @@ def train_gpt(args) -> None:
         budget.eval_s = time.time() - t0
         bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
         if args.keep_best and val <= min((h["val_loss"] for h in history), default=float("inf")):
-            run_dir.mkdir(parents=True, exist_ok=True)
             model.save(run_dir / "best.safetensors")  # many epochs over a small corpus overfit: keep the best
         checkpoint(val)
 
@@ -293,6 +320,7 @@ def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, 
                                  args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
     seqs = np.concatenate(parts)
     path = run_dirs[0] / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     seqs.tofile(path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
     return seqs
@@ -302,7 +330,8 @@ def frozen_target(args):
     """(device, tokenizer, the target in float32) for training something on the target's own text."""
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
-    check_output(args.out, args.force)
+    check_destination(args.out, args.force)
+    check_output(args.run_dir, "--run-dir", directory=True)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
@@ -312,7 +341,6 @@ def frozen_target(args):
 def train_medusa(args) -> None:
     device, enc, target = frozen_target(args)
     out, run_dir = Path(args.out), Path(args.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     train_seqs = distilled(target, enc, args, [run_dir], "train", args.sequences, [0.0, 1.0])  # greedy and sampled
     heldout = distilled(target, enc, args, [run_dir], "val", max(16, args.sequences // 32), [0.0])
     heads = MedusaHeads(target.config.n_embd, args.heads).to(device)
@@ -357,7 +385,6 @@ Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
 def train_eagle(args) -> None:
     device, enc, target = frozen_target(args)
     run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
-    run_dir.mkdir(parents=True, exist_ok=True)
     if args.resume and latest_checkpoint(ckpt_dir) is None:
         die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
     t0 = time.time()
@@ -387,11 +414,12 @@ def train_eagle(args) -> None:
                                 every=args.checkpoint_every)
     train_minutes = (seconds["before"] + time.time() - seconds["start"]) / 60
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
     head = EagleHead.load(out, device)  # measured as shipped (rounded to --save-dtype)
+    print(f"measuring the saved head's top-1 accuracy per depth on {len(heldout)} held-out sequences ...", flush=True)
     head.accuracy = distill.eagle_accuracy(target, head, heldout, args.prompt_len)
     head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
+    print(f"decoding {min(16, len(heldout))} held-out prompts with EAGLE's default tree for the card's tau ...", flush=True)
     tau = held_out_tau(target, head, heldout, args.prompt_len)
     where = f"CPU ({platform.machine()}, {torch.get_num_threads()} thread(s))" if device.type == "cpu" else torch.cuda.get_device_name(device)
     acc = head.accuracy
@@ -451,13 +479,20 @@ def build_parser() -> argparse.ArgumentParser:
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     sub = ap.add_subparsers(dest="what", required=True)
 
-    tok = sub.add_parser("tokenizer", help="learn BPE merges from the stdlib train split", formatter_class=HelpFormatter)
+    tok = sub.add_parser("tokenizer", help="learn BPE merges from the stdlib train split", formatter_class=HelpFormatter,
+                         epilog=examples("python -m tinyspec.train tokenizer                       # 8,192 tokens, about 30 s",
+                                         "python -m tinyspec.train tokenizer --vocab-size 4096 --text notes.txt"))
     tok.add_argument("--vocab-size", type=int, default=8192, help="tokens including <|endoftext|>")
     tok.add_argument("--text", action="append", help="extra text file to learn from (repeatable)")
     tok.add_argument("--out", default="runs/tokenizer/tokenizer.tiktoken", help="ranks file to write")
     tok.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
 
-    g = sub.add_parser("gpt", help="train a GPT from a preset", formatter_class=HelpFormatter)
+    g = sub.add_parser("gpt", help="train a GPT from a preset", formatter_class=HelpFormatter, epilog=examples(
+        "python -m tinyspec.train gpt --preset small                    # the shipped target's recipe",
+        "python -m tinyspec.train gpt --preset small --max-minutes 60   # stop within an hour; --resume goes on",
+        "python -m tinyspec.train gpt --preset small --resume",
+        "python -m tinyspec.train gpt --preset draft --steps 400 --lr 2e-3 --warmup 40 --eval-every 100 "
+        "--distill-from weights/target.safetensors"))
     g.add_argument("--preset", choices=sorted(PRESETS), default="small", help="model size (see model.PRESETS)")
     for field in ("n_layer", "n_head", "n_embd", "n_ctx"):
         g.add_argument("--" + field.replace("_", "-"), type=int, dest=field, help=f"override the preset's {field}")
@@ -477,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
     g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
     g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
-    g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved "
+                   "weights (bfloat16 halves the file; tinyspec loads it in the dtype --dtype asks for)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
     g.add_argument("--keep-best", action="store_true", help="save the weights of the validation with the lowest "
                    "loss, not the last ones (for many epochs over the corpus)")
@@ -489,7 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
     g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the data sampler")
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
-                       formatter_class=HelpFormatter)
+                       formatter_class=HelpFormatter, epilog=examples(
+                           "python -m tinyspec.train medusa                          # 4 heads for weights/target.safetensors",
+                           "python -m tinyspec.train medusa --target runs/small/final.safetensors --out runs/medusa/m.safetensors"))
     add_self_distill_args(m, sequences=2048, run_dir="runs/medusa")
     m.add_argument("--heads", type=int, default=4, help="number of heads K")
     m.add_argument("--steps", type=int, default=450, help="optimizer steps")
@@ -498,7 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
     m.add_argument("--out", default="runs/medusa/medusa.safetensors", help="the heads; a .md card goes beside")
     e = sub.add_parser("eagle", help="train an EAGLE draft head on a frozen target (self-distilled data)",
-                       formatter_class=HelpFormatter)
+                       formatter_class=HelpFormatter, epilog=examples(
+                           "python -m tinyspec.train eagle                           # reuses train medusa's sequences",
+                           "python -m tinyspec.train eagle --steps 800 --resume      # continue an interrupted run"))
     add_self_distill_args(e, sequences=1024, run_dir="runs/eagle")
     e.add_argument("--steps", type=int, default=800, help="optimizer steps")
     e.add_argument("--batch-size", type=int, default=8, help="sequences per step")
@@ -544,4 +584,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
