@@ -100,3 +100,11 @@ def random_tree(n, depth, seed):
         parents.append(rng.choice(options))
         depths.append(1 if parents[-1] == -1 else depths[parents[-1]] + 1)
     return Tree(tuple(parents), tuple(rng.randrange(4) for _ in range(n)))
+
+
+@pytest.fixture(autouse=True)
+def no_downloads(monkeypatch):
+    """Nothing is downloaded by the tests: a test that would build the packages' corpus fails here
+    (training commands in tests pass --stdlib-only; tests of the download itself fake pip)."""
+    from tinyspec import data
+    monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))

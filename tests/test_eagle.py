@@ -410,7 +410,7 @@ def test_train_eagle_command_writes_head_card_and_resumes(tmp_path):
     random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
     argv = ["eagle", "--target", str(target), "--sequences", "32", "--prompt-len", "8", "--gen-len", "24",
             "--gen-batch", "16", "--steps", "6", "--batch-size", "4", "--checkpoint-every", "3",
-            "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+            "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--run-dir", str(tmp_path / "run"),
             "--medusa-run-dir", str(tmp_path / "none"), "--out", str(tmp_path / "e.safetensors")]
     train.main(argv)
     head = EagleHead.load(tmp_path / "e.safetensors")

@@ -28,7 +28,7 @@ def test_batches_are_shifted_windows(tmp_path):
 
 def tiny_run(tmp_path, run_dir, steps, extra=()):
     argv = ["gpt", "--preset", "tiny", "--steps", str(steps), "--batch-size", "8", "--lr", "3e-3", "--warmup", "5",
-            "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(tmp_path / "data"),
+            "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(tmp_path / "data"), "--stdlib-only",
             "--run-dir", str(run_dir), "--out", str(run_dir / "out.safetensors"), *extra]
     train.main(argv)
     return json.loads((train.latest_checkpoint(run_dir) / "state.json").read_text())
@@ -168,7 +168,7 @@ def test_medusa_training_of_a_few_steps_writes_heads_and_card(tmp_path):
     of the steps, and 9 * 0.9 left none)."""
     run = tmp_path / "m"
     train.main(["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
-                "--run-dir", str(run), "--out", str(run / "medusa.safetensors"), "--data-dir", str(tmp_path / "data"),
+                "--run-dir", str(run), "--out", str(run / "medusa.safetensors"), "--data-dir", str(tmp_path / "data"), "--stdlib-only",
                 "--threads", "1"])
     assert (run / "medusa.safetensors").is_file() and "| 1 |" in (run / "medusa.md").read_text()
 
@@ -180,3 +180,36 @@ def test_every_training_job_has_examples_and_documented_flags():
         assert "examples:" in sub.format_help() and f"python -m tinyspec.train {name}" in sub.format_help()
         undocumented = [a.dest for a in sub._actions if a.help is None]
         assert not undocumented, f"train {name}: {undocumented}"
+
+
+def fake_wheel(path, files: dict):
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path
+
+
+def test_the_corpus_dedupes_skips_vendored_copies_and_splits_each_source_by_module(tmp_path):
+    stdlib_text = (data.STDLIB / "email" / "parser.py").read_text()
+    wheel = fake_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", {
+        "pkg/core.py": "def f():\n    return 1\n", "pkg/copy.py": "def f():\n    return 1\n",  # same text twice
+        "pkg/stolen.py": stdlib_text,  # a copy of a stdlib module
+        "pkg/_vendor/six.py": "import sys\n", "pkg/data.txt": "not python", "pkg-1.0.dist-info/METADATA": "x",
+        **{f"pkg/m{i}.py": f"x = {i}\n" for i in range(200)}})
+    out = data.sources({"pkg": wheel})
+    paths = [p for p, _ in out["pkg"]]
+    assert ("pkg/pkg/copy.py" in paths) != ("pkg/pkg/core.py" in paths)  # one of two equal texts
+    assert not any("stolen" in p or "_vendor" in p or "data.txt" in p or "dist-info" in p for p in paths)
+    assert len(paths) == 201 and "email/parser.py" in [p for p, _ in out["stdlib"]]
+    splits = {data.split_of(p) for p in paths}
+    assert splits == {"train", "val", "bench"}  # whole modules of each source are held out too
+
+
+def test_a_package_pip_cannot_fetch_is_left_out_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(data, "pip_download", lambda requirement, wheels: ["ERROR: no network"])
+    monkeypatch.setattr(data, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT")})
+    fake_wheel(tmp_path / "rich-13.9.4-py3-none-any.whl", {"rich/x.py": "x = 1\n"})  # downloaded before
+    assert data.download(tmp_path) == {"rich": tmp_path / "rich-13.9.4-py3-none-any.whl"}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "click==8.1.7: not downloaded (ERROR: no network)" in err

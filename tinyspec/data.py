@@ -1,21 +1,29 @@
-"""The corpus: the Python standard library of the running interpreter, split by whole modules.
+"""The corpus: the Python standard library and the sources of twenty permissively licensed
+packages, split by whole modules.
 
 Every Python user has the standard library on disk: about 1,800 modules and 30 MB of code,
-docstrings and comments, with nothing to download. Each module (file) goes, by a hash of its
-path, to one of three splits, so a module is never split between them:
+docstrings and comments, with nothing to download. Beside it, `PACKAGES` pins twenty packages of
+the package index (Django, SymPy, SQLAlchemy, ...), each under a permissive licence;
+`python -m tinyspec.data` downloads their wheels with pip (the one time anything is downloaded:
+generating and the tests never do) and reads their `.py` modules. Vendored copies of other
+packages (`_vendor/`) are skipped and a file whose text occurs earlier is dropped, so no text is
+learned twice. Each module goes, by a hash of its path, to one of three splits, so a module is
+never split between them:
 
-- `train` (92%): what the tokenizer and the models learn from,
-- `val` (4%): validation loss during training,
-- `bench` (4%): held out for benchmark prompts; no model ever trains or validates on them.
+- `train` (92%): what the models learn from (the tokenizer: the standard library's alone);
+- `val` (4%): validation loss during training, reported for the standard library's held-out
+  modules (`val.bin`, comparable with every earlier target) and the packages' (`val-packages.bin`);
+- `bench` (4%): held out; the benchmark prompts come from the standard library's.
 
-The split depends only on the module's relative path (e.g. `email/parser.py`), so it is the
-same on every machine and Python version. `--text FILE` adds other text to the training split.
+The split depends only on the module's path (e.g. `email/parser.py`, `django/db/utils.py`), so it
+is the same on every machine and Python version. `--text FILE` adds other text to the training split.
 
 Token ids are written once to a flat uint16 file per split (documents separated by
-`<|endoftext|>`), which training reads back as a memory map: random windows cost no parsing.
+`<|endoftext|>`), which training reads back as a memory map: random windows cost no parsing. A
+data card (`CORPUS.md` beside them) gives every source's version, licence, modules and tokens.
 
-`python -m tinyspec.data` regenerates the benchmark prompts (`tinyspec/prompts.jsonl`) from
-the held-out modules; the committed file keeps benchmarks identical across Python versions.
+`python -m tinyspec.data prompts` regenerates the benchmark prompts (`tinyspec/prompts.jsonl`)
+from the held-out modules; the committed file keeps benchmarks identical across Python versions.
 """
 
 from __future__ import annotations
@@ -23,14 +31,17 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import subprocess
+import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .cli import ArgumentParser, die, examples, run_main
 from .files import atomic_write_json, atomic_write_text
-from .cli import ArgumentParser, run_main
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -48,15 +59,101 @@ def stdlib_modules(split: str, root: Path = STDLIB) -> list[Path]:
     return sorted(p for p in files if split_of(p.relative_to(root).as_posix()) == split)
 
 
-def read_texts(paths) -> list[str]:
-    """The UTF-8 text of each file; the few stdlib test files in other encodings are skipped."""
+def read_texts_of(paths) -> list[str]:
+    """The UTF-8 text of each file, "" for the few stdlib test files in other encodings."""
     texts = []
     for p in paths:
         try:
             texts.append(Path(p).read_text(encoding="utf-8"))
         except (UnicodeDecodeError, OSError):
-            continue
+            texts.append("")
     return texts
+
+
+def read_texts(paths) -> list[str]:
+    """The UTF-8 text of each file; the files in other encodings are skipped."""
+    return [t for t in read_texts_of(paths) if t]
+
+
+# name: (pinned version, licence as its metadata states it). Used for training, and for nothing
+# else: benchmarks of held-out third-party code take packages that are not here.
+PACKAGES = {
+    "django": ("5.1.4", "BSD-3-Clause"), "sympy": ("1.13.3", "BSD-3-Clause"), "sqlalchemy": ("2.0.36", "MIT"),
+    "requests": ("2.32.3", "Apache-2.0"), "flask": ("3.1.0", "BSD-3-Clause"), "click": ("8.1.7", "BSD-3-Clause"),
+    "jinja2": ("3.1.4", "BSD-3-Clause"), "rich": ("13.9.4", "MIT"), "networkx": ("3.4.2", "BSD-3-Clause"),
+    "pygments": ("2.18.0", "BSD-2-Clause"), "docutils": ("0.21.2", "BSD-2-Clause, public domain"),
+    "sphinx": ("8.1.3", "BSD-2-Clause"), "setuptools": ("75.6.0", "MIT"), "pip": ("24.3.1", "MIT"),
+    "tornado": ("6.4.2", "Apache-2.0"), "twisted": ("24.11.0", "MIT"), "attrs": ("24.2.0", "MIT"),
+    "pydantic": ("2.10.3", "MIT"), "black": ("24.10.0", "MIT"), "mypy": ("1.13.0", "MIT"),
+}
+
+
+def download(wheels: Path) -> dict[str, Path]:
+    """Each pinned package's wheel, downloaded once into `wheels` by pip (no dependencies: the
+    package's own source is all we read); name -> wheel file. A package pip cannot fetch (no
+    network, no index) is left out with one line saying so; the standard library needs nothing."""
+    found = {}
+    for name, (version, _) in PACKAGES.items():
+        have = wheel_of(wheels, name, version)
+        if have is None:
+            errors = pip_download(f"{name}=={version}", wheels)
+            have = wheel_of(wheels, name, version)
+            if have is None:
+                print(f"{name}=={version}: not downloaded ({(errors or ['pip found no wheel'])[-1][:120]}); the corpus "
+                      "goes on without it", file=sys.stderr)
+                continue
+        found[name] = have
+    return found
+
+
+def pip_download(requirement: str, wheels: Path) -> list[str]:
+    """pip downloads the requirement's wheel into `wheels`; returns pip's ERROR lines, if any."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(wheels), requirement], capture_output=True, text=True)
+    return [line for line in p.stderr.splitlines() if line.startswith("ERROR")]
+
+
+def wheel_of(wheels: Path, name: str, version: str) -> Path | None:
+    """The downloaded wheel of name==version, if any (wheel names keep the project's capitals)."""
+    prefix = f"{name.replace('-', '_')}-{version}-".lower()
+    return min((w for w in wheels.glob("*.whl") if w.name.lower().startswith(prefix)), default=None)
+
+
+def package_modules(name: str, wheel: Path) -> list[tuple[str, str]]:
+    """(path, text) of every UTF-8 `.py` module in a wheel, path prefixed by the package name so a
+    split is per module of that source; vendored copies of other packages are skipped."""
+    out = []
+    with zipfile.ZipFile(wheel) as z:
+        for member in sorted(z.namelist()):
+            parts = member.split("/")
+            if not member.endswith(".py") or ".dist-info" in parts[0] or any("vendor" in p for p in parts[:-1]):
+                continue
+            try:
+                out.append((f"{name}/{member}", z.read(member).decode("utf-8")))
+            except UnicodeDecodeError:
+                continue
+    return out
+
+
+def sources(wheels: dict[str, Path], root: Path = STDLIB) -> dict[str, list[tuple[str, str]]]:
+    """source -> [(module path, text)] for the standard library and each downloaded package,
+    without a text that an earlier module (the standard library first) already holds."""
+    stdlib = [p for split in ("train", "val", "bench") for p in stdlib_modules(split, root)]
+    out, seen = {"stdlib": []}, set()
+    for path, text in zip(stdlib, read_texts_of(stdlib)):
+        out["stdlib"].append((path.relative_to(root).as_posix(), text))
+    for name, wheel in wheels.items():
+        out[name] = package_modules(name, wheel)
+    for name in out:  # deduplicated in this order: the standard library keeps its files
+        kept = []
+        for path, text in out[name]:
+            digest = hashlib.sha1(text.encode()).digest()
+            if digest not in seen and text.strip():
+                seen.add(digest)
+                kept.append((path, text))
+        out[name] = kept
+    return out
 
 
 def corpus(split: str, extra_text: list[str] | None = None) -> list[str]:
@@ -70,31 +167,59 @@ def corpus(split: str, extra_text: list[str] | None = None) -> list[str]:
     return texts
 
 
-def prepare(enc, tokenizer_path: Path, data_dir: Path, extra_text: list[str] | None = None) -> Path:
-    """Tokenize the train and val splits once into `data_dir/<key>/{train,val}.bin` (uint16);
-    the key hashes what the tokens depend on, so a new tokenizer or corpus gets new files."""
+def prepare(enc, tokenizer_path: Path, data_dir: Path, extra_text: list[str] | None = None,
+            packages: bool = True) -> Path:
+    """Tokenize the splits once into `data_dir/<key>/`: train.bin, val.bin (the standard library's
+    held-out modules), val-packages.bin (the packages'), uint16, with meta.json and the data card
+    CORPUS.md; the key hashes what the tokens depend on (tokenizer, sources, pins, --text), so a new
+    tokenizer or corpus gets new files. packages: download and add `PACKAGES` (else the standard
+    library alone, as when nothing can be downloaded)."""
     if enc.n_vocab > 2**16:
         raise ValueError(f"vocabulary of {enc.n_vocab} does not fit uint16 token files")
+    wheels = download(Path(data_dir) / "wheels") if packages else {}
     h = hashlib.sha1(Path(tokenizer_path).read_bytes())
     h.update(str(STDLIB).encode())
+    h.update(json.dumps({name: PACKAGES[name][0] for name in sorted(wheels)}).encode())
     for f in extra_text or []:
         h.update(f"{Path(f).resolve()}:{Path(f).stat().st_size}".encode())
     out = Path(data_dir) / h.hexdigest()[:12]
     if (out / "meta.json").is_file():
         return out
     out.mkdir(parents=True, exist_ok=True)
+    files = {"train": [], "val": [], "val-packages": []}  # token lists per output file
+    meta = {"tokenizer": str(tokenizer_path), "extra_text": extra_text or [], "sources": {}}
+    for name, modules in sources(wheels).items():
+        row = {"version": PACKAGES[name][0] if name in PACKAGES else sys.version.split()[0],
+               "licence": PACKAGES[name][1] if name in PACKAGES else "PSF-2.0", "modules": len(modules)}
+        for split in ("train", "val"):
+            docs = [text for path, text in modules if split_of(path) == split]
+            ids = enc.encode_ordinary_batch(docs)
+            files["val-packages" if split == "val" and name != "stdlib" else split] += ids
+            row[f"{split}_modules"], row[f"{split}_tokens"] = len(docs), sum(map(len, ids))
+        meta["sources"][name] = row
+    files["train"] += enc.encode_ordinary_batch(read_texts(extra_text or []))
     eot = enc.eot_token
-    meta = {"stdlib": str(STDLIB), "tokenizer": str(tokenizer_path), "extra_text": extra_text or []}
-    for split in ("train", "val"):
-        docs = corpus(split, extra_text)
-        ids = enc.encode_ordinary_batch(docs)
+    for name, ids in files.items():
         flat = np.fromiter((t for doc in ids for t in (*doc, eot)), dtype=np.uint16)
-        tmp = out / f".{split}.bin.tmp"
+        tmp = out / f".{name}.bin.tmp"
         flat.tofile(tmp)
-        tmp.replace(out / f"{split}.bin")
-        meta[split] = {"documents": len(docs), "tokens": int(flat.size), "bytes": sum(len(d.encode()) for d in docs)}
+        tmp.replace(out / f"{name}.bin")
+        meta[name] = {"documents": len(ids), "tokens": int(flat.size)}
+    atomic_write_text(out / "CORPUS.md", card(meta))
     atomic_write_json(out / "meta.json", meta)  # written last: its presence marks a complete dataset
     return out
+
+
+def card(meta: dict) -> str:
+    """The data card: every source with its version, licence, modules and tokens per split."""
+    rows = [f"| {name} | {r['version']} | {r['licence']} | {r['train_modules']} | {r['train_tokens'] / 1e6:.2f}M | "
+            f"{r['val_modules']} | {r['val_tokens'] / 1e6:.3f}M |" for name, r in meta["sources"].items()]
+    total = sum(r["train_tokens"] for r in meta["sources"].values())
+    return ("# The training corpus\n\nPython modules, split by whole modules (`tinyspec/data.py`); files whose text occurs "
+            "earlier and vendored copies are left out.\n\n| source | version | licence | train modules | train tokens | "
+            "held-out modules | held-out tokens |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\nTraining tokens in all: {total / 1e6:.1f}M" +
+            (f", plus --text {', '.join(meta['extra_text'])}" if meta["extra_text"] else "") + ".\n")
 
 
 class TokenFile:
@@ -123,7 +248,7 @@ def held_out_prompts(paths, per_module: int = 2) -> list[dict]:
       continues the table.
     At most `per_module` prompts per category and module, in file order."""
     rows = []
-    for path, text in zip(paths, read_texts(paths)):
+    for path, text in zip(paths, read_texts_of(paths)):
         try:
             tree = ast.parse(text)
         except SyntaxError:  # some stdlib test data is deliberately invalid
@@ -157,14 +282,33 @@ def write_prompts(path: Path) -> dict[str, int]:
 
 
 def build_parser() -> ArgumentParser:
-    return ArgumentParser(prog="python -m tinyspec.data", description="regenerate tinyspec/prompts.jsonl, the "
-                          "benchmark prompts, from the held-out standard-library modules")
+    ap = ArgumentParser(prog="python -m tinyspec.data", description="build the training corpus: the standard library "
+                        "and the pinned packages' sources, downloaded once with pip, deduplicated, split by whole modules "
+                        "and tokenized; or regenerate the benchmark prompts", epilog=examples(
+                            "python -m tinyspec.data                  # download, tokenize, print the data card",
+                            "python -m tinyspec.data --stdlib-only    # the standard library alone (nothing downloaded)",
+                            "python -m tinyspec.data prompts          # regenerate tinyspec/prompts.jsonl"))
+    ap.add_argument("what", nargs="?", choices=["corpus", "prompts"], default="corpus", help="what to build")
+    ap.add_argument("--data-dir", default="data", help="where the wheels and token files are kept")
+    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parent.parent / "weights" / "tokenizer.tiktoken"),
+                    help="tiktoken ranks file the tokens are made with")
+    ap.add_argument("--stdlib-only", action="store_true", help="leave the packages out (nothing is downloaded)")
+    return ap
 
 
 def main(argv=None) -> None:
-    build_parser().parse_args(argv)
-    out = Path(__file__).resolve().parent / "prompts.jsonl"
-    print(f"{write_prompts(out)} prompts from {len(stdlib_modules('bench'))} held-out modules -> {out}")
+    args = build_parser().parse_args(argv)
+    if args.what == "prompts":
+        out = Path(__file__).resolve().parent / "prompts.jsonl"
+        print(f"{write_prompts(out)} prompts from {len(stdlib_modules('bench'))} held-out modules -> {out}")
+        return
+    from .tokenizer import load_tokenizer
+    try:
+        enc = load_tokenizer(args.tokenizer)
+    except (FileNotFoundError, ValueError) as e:
+        die(f"cannot load the tokenizer: {e}")
+    out = prepare(enc, Path(args.tokenizer), Path(args.data_dir), packages=not args.stdlib_only)
+    print((out / "CORPUS.md").read_text() + f"\ntoken files and meta.json in {out}")
 
 
 if __name__ == "__main__":

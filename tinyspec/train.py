@@ -179,6 +179,11 @@ def train_gpt(args) -> None:
     args.block_size = min(args.block_size or config.n_ctx, config.n_ctx)
     torch.manual_seed(args.seed)
     model = GPT(config).to(device)
+    if args.init_from and not args.resume:  # go on from a trained checkpoint, with a fresh schedule
+        start = GPT.from_hf(args.init_from, dtype=torch.float32)
+        if asdict(start.config) != asdict(config):
+            die(f"--init-from {args.init_from} is a {start.config} model, not the preset's {config}")
+        model.load_state_dict(start.state_dict())
     model.tokenizer_fingerprint = enc.fingerprint
     opt = make_optimizer(model, args.lr, args.weight_decay)
     data_rng = torch.Generator().manual_seed(args.seed)
@@ -197,32 +202,39 @@ def train_gpt(args) -> None:
     if args.distill_from:  # knowledge distillation (Hinton et al. 2015): learn the teacher's p, not the corpus
         teacher = GPT.from_hf(args.distill_from, device=device, dtype=torch.float32).eval().requires_grad_(False)
         check_tokenizer(teacher, enc, "--distill-from teacher")
-    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text)
+    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text, packages=not args.stdlib_only)
     meta = json.loads((data_path / "meta.json").read_text())
-    train_tokens, val_tokens = data.TokenFile(data_path / "train.bin"), data.TokenFile(data_path / "val.bin")
-    if min(len(train_tokens), len(val_tokens)) <= args.block_size + 1:
+    train_tokens = data.TokenFile(data_path / "train.bin")
+    # validation on the standard library's held-out modules (comparable with every earlier target) and,
+    # where the corpus has them, the packages'
+    val_sets = {name: data.TokenFile(data_path / f"{name}.bin") for name in ("val", "val-packages")
+                if meta.get(name, {}).get("tokens", 0) > args.block_size + 1}
+    if len(train_tokens) <= args.block_size + 1 or "val" not in val_sets:
         die(f"a training window of {args.block_size} tokens does not fit the corpus splits ({len(train_tokens)} and "
-            f"{len(val_tokens)} tokens): use a smaller --block-size or --n-ctx")
+            f"{meta['val']['tokens']} tokens): use a smaller --block-size or --n-ctx")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16 or device.type == "cuda")
     step_fn = torch.compile(model) if args.compile else model  # compile only the step; `model` stays plain
     tokens_per_step = args.batch_size * args.block_size
     print(f"{args.preset}: {model.num_params() / 1e6:.2f}M parameters, {args.steps} steps x {tokens_per_step} tokens "
           f"on {device} (train split: {meta['train']['tokens'] / 1e6:.1f}M tokens)")
 
-    def checkpoint(val_loss):
-        history.append({"step": step, "tokens_seen": tokens_seen, "val_loss": round(val_loss, 4)})
+    def checkpoint(losses):
+        history.append({"step": step, "tokens_seen": tokens_seen} | {k: round(v, 4) for k, v in losses.items()})
         save_checkpoint(run_dir, model, opt, data_rng, {"step": step, "tokens_seen": tokens_seen,
                         "config": asdict(config), "history": history, "args": vars(args),
                         "train_seconds": round(seconds_before + time.time() - t_start, 1)})
 
     def validate():
         t0 = time.time()
-        val = evaluate(model, val_tokens, args, device, autocast)
+        losses = {"val_loss" if name == "val" else "val_packages": evaluate(model, tokens, args, device, autocast)
+                  for name, tokens in val_sets.items()}
+        val = losses["val_loss"]
         budget.eval_s = time.time() - t0
-        bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+        bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}" +
+                  (f" (packages {losses['val_packages']:.3f})" if "val_packages" in losses else ""))
         if args.keep_best and val <= min((h["val_loss"] for h in history), default=float("inf")):
             model.save(run_dir / "best.safetensors")  # many epochs over a small corpus overfit: keep the best
-        checkpoint(val)
+        checkpoint(losses)
 
     t_start = time.time()
     bar = tqdm(total=args.steps, initial=step, desc="training", dynamic_ncols=True)
@@ -283,14 +295,18 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
     kept = f"- kept: the weights of step {best['step']}, the best validation loss ({best['val_loss']:.3f}; --keep-best)\n" \
         if args.keep_best else ""
     flags = " ".join(a for a in sys.argv[1:] if a != "--resume")
-    curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} |" for h in history)
+    curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | "
+                      f"{h['val_packages']:.3f} |" if "val_packages" in h else
+                      f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | - |" for h in history)
     atomic_write_text(path, f"""# {path.stem}
 
 - preset: `{args.preset}` {json.dumps(asdict(config))}
 - parameters: {model.num_params() / 1e6:.2f}M ({model.num_params():,}; the LM head is tied to the token embedding)
-- data: Python {platform.python_version()} standard library, train split ({meta['train']['documents']} modules,
-  {meta['train']['tokens'] / 1e6:.1f}M tokens{', plus --text ' + ', '.join(args.text) if args.text else ''}); validation:
-  {meta['val']['documents']} held-out modules, {meta['val']['tokens'] / 1e6:.2f}M tokens (see `tinyspec/data.py`)
+- data: {' and '.join(sorted(meta.get('sources', {'stdlib': 0}), key=lambda n: n != 'stdlib'))}, train split
+  ({meta['train']['documents']} modules, {meta['train']['tokens'] / 1e6:.1f}M tokens{', plus --text ' + ', '.join(args.text) if args.text else ''});
+  validation: the standard library's {meta['val']['documents']} held-out modules ({meta['val']['tokens'] / 1e6:.2f}M tokens)
+  {f"and the packages' {meta['val-packages']['documents']} ({meta['val-packages']['tokens'] / 1e6:.2f}M tokens)" if meta.get('val-packages', {}).get('documents') else ''}
+  (`tinyspec/data.py`; every source's version, licence and tokens: `python -m tinyspec.data`){f"; started from `{shown(args.init_from)}`" if args.init_from else ''}
 - objective: {'distillation from `' + args.distill_from + '`: cross-entropy against its next-token distributions' if args.distill_from else 'next-token cross-entropy on the corpus'}
 - trained on: {where}, {seconds / 60:.0f} minutes (resumed runs summed), bf16 autocast: {args.bf16 or device.type == 'cuda'}
 - steps: {last['step']} of batch {args.batch_size} x {args.block_size} tokens; tokens seen: {last['tokens_seen'] / 1e6:.1f}M
@@ -299,8 +315,8 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
 
 Reproduce: `python -m tinyspec.train {flags}`
 
-| step | tokens seen | validation loss |
-|---|---|---|
+| step | tokens seen | validation loss (stdlib) | validation loss (packages) |
+|---|---|---|---|
 {curve}
 """)
 
@@ -315,7 +331,8 @@ def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, 
     for d in run_dirs:
         if (d / name).is_file():
             return np.fromfile(d / name, dtype=np.uint16).reshape(-1, width)
-    tokens = data.TokenFile(data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text) / f"{split}.bin")
+    tokens = data.TokenFile(data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text,
+                                         packages=not args.stdlib_only) / f"{split}.bin")
     parts = [distill.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
                                  args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
     seqs = np.concatenate(parts)
@@ -509,6 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--distill-from", help="train on this teacher model's next-token distributions instead of "
                    "the corpus tokens (a draft distilled from the target)")
     g.add_argument("--data-dir", default="data", help="where token files are cached")
+    g.add_argument("--stdlib-only", action="store_true", help="train on the standard library alone (otherwise the "
+                   "pinned packages' sources are downloaded once into --data-dir and added: python -m tinyspec.data)")
+    g.add_argument("--init-from", help="start from these weights (same preset and tokenizer) instead of random ones, "
+                   "with a fresh learning-rate schedule; the card records it")
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
     g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
     g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
@@ -564,6 +585,8 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
     p.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
     p.add_argument("--text", action="append", help=argparse.SUPPRESS)
     p.add_argument("--data-dir", default="data", help="where token files are cached")
+    p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
+                   "the corpus with the pinned packages, downloaded once into --data-dir)")
     p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
     p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
