@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from tinyspec import bench
+from tinyspec import bench, benchmark
 from tinyspec.medusa import MedusaHeads
 
 from conftest import random_gpt
@@ -136,7 +136,7 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(files, tmp_path,
     """A 67-minute benchmark must not die at its end on a bad path: the path is checked first."""
     (tmp_path / "afile").write_text("")
     argv = [a.format(bad=tmp_path / "afile") for a in argv]
-    monkeypatch.setattr(bench, "prepare", lambda *a: pytest.fail("the benchmark ran before its output was checked"))
+    monkeypatch.setattr(benchmark, "prepare", lambda *a: pytest.fail("the benchmark ran before its output was checked"))
     with pytest.raises(SystemExit) as e:
         bench.main(argv + ["--model", str(files / "target.safetensors")])
     err = capsys.readouterr().err
@@ -154,7 +154,7 @@ def test_results_are_printed_before_they_are_saved(files, tmp_path, capsys, monk
 
 
 def test_help_names_every_method_and_the_other_benchmark_commands(capsys):
-    from tinyspec.cli import METHODS
+    from tinyspec.methods import METHODS
     with pytest.raises(SystemExit):
         bench.main(["--help"])
     text = capsys.readouterr().out

@@ -11,7 +11,6 @@
 import ast
 import importlib
 import json
-import math
 import re
 import shlex
 from functools import lru_cache
@@ -425,3 +424,14 @@ def test_the_table_generator_agrees_with_the_check(tmp_path):
         assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec.figures tables"
     figures.main(["residual", "speedup", "--out", str(tmp_path)])
     assert {p.name for p in tmp_path.iterdir()} == {"residual.png", "tau_and_speedup.png"}
+
+
+def test_the_tour_can_be_checked_by_eye():
+    """The README's tour: every generate command on the fibonacci prompt writes the same number of
+    tokens (so "identical to plain" can be seen), and every sampled one names its seed."""
+    tour = [a for d, a in shown_commands() if d == "README.md" and a[2:3] == ["tinyspec.generate"]]
+    fib = [a for a in tour if "def fibonacci(n):" in a and "--cuda-graph" not in a]
+    assert len(fib) >= 5 and all(a[a.index("--max-new-tokens") + 1] == "64" for a in fib if "--max-new-tokens" in a)
+    assert all("--max-new-tokens" in a for a in fib)
+    sampled = [a for a in tour if "--temperature" in a and float(a[a.index("--temperature") + 1]) > 0]
+    assert sampled and all("--seed" in a for a in sampled)

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from tinyspec import bench, generate
+from tinyspec import benchmark, generate
 from tinyspec.decoding import autoregressive, run
 from tinyspec.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.eagle import EagleHead, eagle, grow_sampled_tree, grow_tree
@@ -398,9 +398,9 @@ def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
 
 
 def test_bench_names_eagle_rows():
-    assert bench.parse_method("eagle:32") == ("eagle", "32")
+    assert benchmark.parse_method("eagle:32") == ("eagle", "32")
     with pytest.raises(SystemExit):
-        bench.parse_method("eagle:x")
+        benchmark.parse_method("eagle:x")
 
 
 @pytest.mark.slow

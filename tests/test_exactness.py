@@ -1,14 +1,14 @@
 """Every method x acceptance rule x temperature that the command line accepts keeps the contract:
 at T = 0 the output is plain greedy decoding's, token for token; at T > 0 it has exactly the
 target's distribution (chi-square on a tiny vocabulary), except `typical`, the one rule documented
-as lossy. What breaks the contract is refused in one line (`cli.check_rule`), and a planted bug
+as lossy. What breaks the contract is refused in one line (`methods.check_rule`), and a planted bug
 (the greedy rule let through at T = 1) shows that the distribution test would notice."""
 import pytest
 import torch
 
-from tinyspec import auto, cli, generate
+from tinyspec import auto, generate, methods
 from tinyspec.batch import run_batch
-from tinyspec.cli import Decoder, check_rule
+from tinyspec.methods import Decoder, check_rule
 from tinyspec.decoding import autoregressive, run
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree
@@ -34,7 +34,7 @@ def test_the_greedy_rule_is_refused_at_every_temperature_above_zero_and_only_the
         for t in (0.5, 1.0, 2.0):
             problem = check_rule(method, "greedy", t)
             assert problem and "--accept" in problem and "\n" not in problem
-            assert all(r in problem for r in cli.exact_rules(method))
+            assert all(r in problem for r in methods.exact_rules(method))
         assert check_rule(method, "greedy", 0.0) is None
     assert ("draft", "greedy") not in allowed(1.0) and ("draft", "lossless") in allowed(1.0)
     assert [r for m, r in allowed(1.0) if m == "lookup"] == ["typical", "pointmass"]
@@ -102,7 +102,7 @@ def test_every_exact_combination_has_the_target_distribution(tiny, method, rule)
 def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
     """(The draft's loop judges a chain with the lossless rule when asked for greedy, which is
     exact at every temperature; the command line refuses the name at T > 0 all the same.)"""
-    monkeypatch.setattr(cli, "check_rule", lambda *a: None)
+    monkeypatch.setattr(methods, "check_rule", lambda *a: None)
     counts, _ = counts_of(decoder(tiny, method, "greedy"), Sampling(1.0), 768)
     stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"

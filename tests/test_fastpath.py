@@ -107,7 +107,7 @@ def test_recorded_graph_replays_the_eager_step():
 @pytest.mark.parametrize("method", ["ar", "medusa"])
 def test_decoding_with_recorded_graphs_writes_the_eager_tokens(method):
     """float32 on the GPU: a Decoder with cuda_graph against one without, prompt after prompt."""
-    from tinyspec.cli import Decoder
+    from tinyspec.methods import Decoder
     model, heads, tree = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda(), TREES["default"]
     kwargs = dict(heads=heads, tree=tree) if method == "medusa" else {}
     graph, eager = Decoder(model, method, cuda_graph=True, **kwargs), Decoder(model, method, **kwargs)

@@ -235,12 +235,12 @@ def test_colour_only_on_a_terminal_or_when_asked(model_file, capsys, monkeypatch
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monkeypatch):
-    from tinyspec import cli
+    from tinyspec import methods
 
     def interrupted(self, prompt, sampling, generator, max_new_tokens):
         yield Step([72], ["target"])
         raise KeyboardInterrupt
-    monkeypatch.setattr(cli.Decoder, "steps", interrupted)
+    monkeypatch.setattr(methods.Decoder, "steps", interrupted)
     with pytest.raises(SystemExit) as e:
         generate.main(["--prompt", "x", "--model", str(model_file)])
     out, err = capsys.readouterr()
@@ -255,9 +255,9 @@ def test_end_of_text_just_past_the_budget_stops_for_length_in_every_method():
 
 
 def test_the_overview_and_help_name_every_method_and_training_job(capsys):
-    """Written from what exists (cli.METHODS, train's subcommands), so they cannot fall behind."""
+    """Written from what exists (methods.METHODS, train's subcommands), so they cannot fall behind."""
     from tinyspec import __main__ as overview
-    from tinyspec.cli import METHODS
+    from tinyspec.methods import METHODS
     from tinyspec.train import build_parser
     overview.main()
     text = capsys.readouterr().out

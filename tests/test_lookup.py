@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from tinyspec import bench, generate, verify
+from tinyspec import benchmark, generate, verify
 from tinyspec.decoding import autoregressive, run
 from tinyspec.kvcache import KVCache
 from tinyspec.lookup import NgramIndex, lookup
@@ -202,8 +202,8 @@ def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
 
 
 def test_bench_method_specs():
-    assert bench.parse_method("lookup:4") == ("lookup", "4")
-    assert bench.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
+    assert benchmark.parse_method("lookup:4") == ("lookup", "4")
+    assert benchmark.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
     for bad in ("lookup", "lookup:0", "lookup:x", "lookahead:7,4", "lookahead:7,1,7", "lookahead:0,3,2"):
         with pytest.raises(SystemExit):
-            bench.parse_method(bad)
+            benchmark.parse_method(bad)

@@ -1,5 +1,4 @@
 """The model against Hugging Face's GPT-2 (an independent implementation of the same math)."""
-import json
 
 import pytest
 import torch

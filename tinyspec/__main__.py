@@ -1,7 +1,7 @@
 """`python -m tinyspec`: what the commands are, on one screen, written from what exists: the
-methods from `cli.METHODS`, the training jobs from `train`'s own subcommands."""
+methods from `methods.METHODS`, the training jobs from `train`'s own subcommands."""
 
-from .cli import METHODS
+from .methods import METHODS
 
 
 def overview() -> str:

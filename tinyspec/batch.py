@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Generator
+from typing import Callable, Generator, Protocol
 
 import torch
 
@@ -48,8 +48,16 @@ from .speculative import AdaptiveK, accept_or_resample
 from .tree import Tree, chain, tree_on
 from .verify import RULES, SAMPLED
 
-if TYPE_CHECKING:  # only named in a signature: auto.py builds on this file, not the other way
-    from .auto import BatchPolicy
+
+class TreeChooser(Protocol):
+    """What chooses a batch's tree step by step (`auto.BatchPolicy`, which builds on this file)."""
+    largest: int  # nodes of the largest tree it may choose
+
+    def choose(self, rows: int) -> Tree | None: ...  # the tree for this step, None for a plain step
+
+    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None,
+               seconds: float | None = None) -> None: ...  # what the step accepted, and took
+
 
 Produced = dict[int, Step]  # what one batched forward gave each row that took part, by row id
 BatchSteps = Generator[Produced, list[int], None]  # yields Produced; is sent the ids of the rows that are done
@@ -281,11 +289,11 @@ def tree_rule(rule: str, draft_free: bool = False):
 
 @torch.no_grad()
 def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], sampling: Sampling, generators: list,
-                 max_len: int, tree: Tree | BatchPolicy, rule: str = "greedy",
+                 max_len: int, tree: Tree | TreeChooser, rule: str = "greedy",
                  cache: BatchKVCache | None = None) -> BatchSteps:
     """`medusa.medusa` for every row at once: the heads read every row's hidden state in one call,
     each row's tree is filled from its own guesses, one target forward verifies all trees.
-    tree: the same tree every step, or a `BatchPolicy` that picks one (or none) per step."""
+    tree: the same tree every step, or a `TreeChooser` (`auto.BatchPolicy`) that picks one (or none) per step."""
     accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
     policy = None if isinstance(tree, Tree) else tree
     tree = None if policy else tree.to(device)

@@ -1,8 +1,7 @@
-"""What every command line shares: the shipped weights, loading with clean errors, the device,
-and `Decoder`, which turns the chosen method and models into a decoding loop per prompt.
-
-The decoding algorithms themselves know nothing of files or flags; this is where `generate`,
-`bench` and `course` meet them.
+"""What every command line shares: where the shipped weights are, one-line errors, argument
+parsing, output paths checked before the work, the device and dtype, and loading a model or a
+tokenizer with clean errors. It knows no decoding method (`methods.py` does), so every command,
+training's and the corpus's too, can build on it.
 """
 
 from __future__ import annotations
@@ -15,34 +14,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .auto import BatchPolicy
-from .batch import (autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
-                    speculative_batch)
-from .decoding import autoregressive
-from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
-from .fastpath import fixed_forward
 from .files import unwritable
-from .kvcache import KVCache
-from .lookahead import lookahead
-from .lookup import lookup
-from .medusa import MedusaHeads, medusa
 from .model import GPT
-from .speculative import AdaptiveK, accept_or_resample, speculative
 from .tokenizer import load_tokenizer
-from .verify import CHAIN_ONLY, RULES, SAMPLED, chain_rule
-
-# Every decoding method, and what it does in a line: the commands' help and `python -m tinyspec`
-# are written from this table.
-METHODS = {
-    "ar": "plain autoregressive decoding",
-    "draft": "speculative decoding with a draft model (Leviathan et al. 2022)",
-    "medusa": "Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)",
-    "eagle": "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass",
-    "lookup": "prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
-    "lookahead": "n-grams from the target's own Jacobi iterations, made and verified in the same pass",
-    "auto": "Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
-            "does not (measures forward costs first, a few seconds; batched, see --batch-size)",
-}
 
 # The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -65,6 +39,21 @@ def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
     if problem:
         die(f"{flag} {path}: {problem}; choose another path")
     return Path(path)
+
+
+def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Path:
+    """Where a command writes, checked before the work (`check_output`); the shipped weights
+    are never replaced by accident. Nothing is created here: an aborted run leaves no empty folders."""
+    path = check_output(path, flag)
+    if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
+        die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
+    return path
+
+
+def shown(path) -> str:
+    """A path as a card should print it: relative to the project when inside it (cards travel)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
 
 
 def run_main(main) -> None:
@@ -218,198 +207,3 @@ def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:
             die(f"prompt {i + 1} is empty: give at least one character")
         if len(ids) >= n_ctx:
             die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
-
-
-MAX_K = 16  # draft tokens per step: beyond this, acceptance alpha^k leaves nothing to gain
-MAX_TREE_NODES = 127  # the root and 127 nodes fill the Triton kernel's largest tree tile (128)
-
-
-def check_k(k: int | str) -> str | None:
-    """The one-line problem with a draft's k (an int or 'auto'), or None."""
-    if k == "auto" or (isinstance(k, int) and 1 <= k <= MAX_K):
-        return None
-    return f"k must be an integer in 1..{MAX_K} or 'auto', got {k!r}"
-
-
-def check_tree_nodes(nodes: int, n_ctx: int) -> str | None:
-    """The one-line problem with a tree of `nodes` nodes, or None."""
-    if not 1 <= nodes <= MAX_TREE_NODES:
-        return f"a tree has 1..{MAX_TREE_NODES} nodes, got {nodes}"
-    if nodes + 2 >= n_ctx:
-        return f"a tree of {nodes} nodes does not fit the model's context of {n_ctx}: use a smaller tree"
-    return None
-
-
-def use_attention(model: GPT, name: str, device: torch.device) -> None:
-    """--attn: 'torch' (SDPA, the reference) or 'triton' (the tree-attention kernel for tree
-    verification; on a CPU only in Triton's interpreter, which must be chosen before triton loads)."""
-    if name == "torch":
-        return
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        die("--attn triton on a CPU needs Triton's interpreter: run with TRITON_INTERPRET=1 set")
-    try:
-        from .kernels.tree_attention import TreeAttention
-    except ImportError:
-        die("--attn triton needs the triton package: pip install triton")
-    model.set_attention(TreeAttention())
-
-
-def load_trained_for(cls, path: str | Path, target: GPT, device, dtype, what: str, flag: str, command: str):
-    """`cls.load(path)` (Medusa heads, an EAGLE head), refused unless it was trained for `target`."""
-    many = what.endswith("s")
-    if not Path(path).is_file():
-        die(f"{what} {path} not found: pass {flag} PATH, or train {'them' if many else 'one'} "
-            f"(python -m tinyspec.train {command})")
-    refuse_other_kind(path, "blocks." if cls is MedusaHeads else "block.")
-    try:
-        loaded = cls.load(path, device, dtype)
-    except ValueError as e:
-        die(str(e))
-    if loaded.target_fingerprint and loaded.target_fingerprint != target.fingerprint():
-        noun = "heads" if what == "Medusa heads" else what
-        die(f"the {noun} in {path} {'were' if many else 'was'} trained for a different target model: train "
-            f"{'heads' if many else 'one'} for this one (python -m tinyspec.train {command} --target ...)")
-    return loaded
-
-
-def load_heads(path: str | Path, target: GPT, device, dtype) -> MedusaHeads:
-    return load_trained_for(MedusaHeads, path, target, device, dtype, "Medusa heads", "--heads", "medusa")
-
-
-def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
-    return load_trained_for(EagleHead, path, target, device, dtype, "EAGLE head", "--eagle", "eagle")
-
-
-# ---- the decoding method, ready for prompt after prompt -------------------------------------
-
-class Decoder:
-    """One decoding method over loaded models: `steps(prompt, ...)` is its decoding loop for one
-    prompt, `batch_steps(prompts, ...)` its batched loop (batch.py) for several at once. The
-    caches of batch 1 (and, with cuda_graph, the recorded forwards) are made once, here, and
-    every prompt reuses them: recording a CUDA graph costs several forwards. A batch makes its own.
-
-    method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
-    `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
-    dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`),
-    "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (batched only: Medusa `heads`
-    with a tree chosen per step by `auto.BatchPolicy`, measured here for batches of up to
-    `batch_size` rows). rule: the acceptance rule's name (verify.RULES); default greedy at
-    temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
-    sampled). cost: the draft's cost ratio c, for k = "auto"."""
-
-    def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
-                 heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
-                 cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
-                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16), max_ngram: int = 3,
-                 window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1):
-        self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
-        self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
-        self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
-        self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
-        self.cache = KVCache.for_model(target, target.config.n_ctx)
-        self.forward = None
-        if cuda_graph:  # recorded now, while the cache is empty (fastpath.py)
-            if method not in ("ar", "medusa"):
-                raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification")
-            self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
-        self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
-        if method == "eagle":  # the head's cache also holds the nodes one step expands
-            self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
-        self.policy = BatchPolicy(target, heads, max_rows=batch_size) if method == "auto" else None  # measures costs
-
-    def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
-        return self.loop(False, [prompt], sampling, [generator], max_new_tokens)
-
-    def batch_steps(self, prompts: list[list[int]], sampling, generators: list, max_new_tokens: int):
-        """The batched loop (drive it with `batch.run_batch`): prompt i is row i, generators[i] its own."""
-        return self.loop(True, prompts, sampling, generators, max_new_tokens)
-
-    def loop(self, batched: bool, prompts, sampling, generators, max_new_tokens: int):
-        limit = max(map(len, prompts)) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
-        draft_free = self.method in ("lookup", "lookahead")
-        rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
-        problem = check_rule(self.method, self.rule, sampling.temperature)
-        if problem:
-            raise ValueError(problem)
-        inputs = (prompts, sampling, generators) if batched else (prompts[0], sampling, generators[0])
-        cache = {} if batched else {"cache": self.cache}  # a batch makes its own BatchKVCache
-        t = self.target
-        if self.method == "auto" and not batched:
-            raise ValueError("--method auto is a batched loop: use batch_steps")
-        if self.method == "lookup":
-            return (lookup_batch if batched else lookup)(t, *inputs, min(self.n_ctx, limit + self.k + 1), self.k,
-                                                         self.max_ngram, rule, **cache)
-        if self.method == "lookahead":
-            size = (self.window + self.guesses) * (self.ngram - 1)  # the most tokens one step feeds
-            return (lookahead_batch if batched else lookahead)(t, *inputs, min(self.n_ctx, limit + size), self.window,
-                                                               self.ngram, self.guesses, rule, **cache)
-        if self.method in ("medusa", "auto"):
-            max_len = min(self.n_ctx, limit + (self.policy.largest if self.policy else len(self.tree)) + 1)
-            if batched:
-                return medusa_batch(t, self.heads, *inputs, max_len, self.policy or self.tree, rule)
-            return medusa(t, self.heads, *inputs, max_len, self.tree, rule, self.cache, self.forward)
-        if self.method == "eagle":
-            nodes = len(self.tree) if self.tree is not None else self.eagle_tree[2]
-            k, depth, _ = self.eagle_tree
-            args = (min(self.n_ctx, limit + nodes + 1), rule, k, depth, nodes, self.tree)
-            if batched:
-                return eagle_batch(t, self.heads, *inputs, *args)
-            return eagle(t, self.heads, *inputs, *args, self.cache, self.draft_cache)
-        if self.method == "draft":
-            k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
-            max_len = min(self.n_ctx, limit + (self.k_max if self.k == "auto" else self.k))
-            # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
-            accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-            caches = None if batched else (self.cache, self.draft_cache)
-            return (speculative_batch if batched else speculative)(t, self.draft, *inputs, max_len, k, caches, accept)
-        if batched:
-            return autoregressive_batch(t, *inputs, min(self.n_ctx, limit))
-        return autoregressive(t, *inputs, min(self.n_ctx, limit), self.cache, self.forward)
-
-
-def check_rule(method: str, rule: str | None, temperature: float = 0.0) -> str | None:
-    """The one-line reason `rule` cannot judge `method`'s proposals at `temperature` and keep the
-    output the target's own, or None if it can. Exact are: every rule at T = 0 (each reduces to
-    the argmax there), and at T > 0 the rules of `exact_rules`; `typical` is the one rule allowed
-    that is not exact (documented as lossy). The greedy rule at T > 0 is refused: its verified
-    steps take the argmax while the first token and every plain step are sampled, so the text is
-    neither sampling nor greedy decoding."""
-    if rule is None:
-        return None
-    if method == "ar":
-        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa, eagle, lookup or lookahead"
-    if method in ("medusa", "eagle", "lookahead", "auto") and rule in CHAIN_ONLY:
-        return f"the {rule} rule verifies a chain (the draft method), not a tree"
-    if method in ("lookup", "lookahead") and rule in SAMPLED:
-        return f"the {rule} rule needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"
-    if rule == "greedy" and temperature > 0:
-        return (f"the greedy rule at temperature {temperature:g} is neither sampling nor greedy decoding: with "
-                f"--method {method} use --accept {' or '.join(exact_rules(method))} (exact) or typical (lossy), "
-                "or --temperature 0")
-    return None
-
-
-def exact_rules(method: str) -> list[str]:
-    """The rules that keep `method`'s sampled output exactly the target's distribution."""
-    return [r for r in RULES if r not in ("greedy", "typical") and check_rule(method, r, 1.0) is None]
-
-
-def check_draft_free(method: str, k: int = 4, max_ngram: int = 3, window: int = 4, ngram: int = 3, guesses: int = 4,
-                     n_ctx: int | None = None) -> str | None:
-    """The one-line reason these lookup / lookahead settings cannot run (in a context of n_ctx
-    tokens, if given), or None if they can."""
-    if method == "lookup":
-        if not 1 <= k <= 16:
-            return f"--k must be in 1..16 for --method lookup, got {k}"
-        if not 1 <= max_ngram <= 8:
-            return f"--max-ngram must be in 1..8, got {max_ngram}"
-        size = k + 1
-    else:
-        for flag, value, low, high in (("window", window, 1, 32), ("ngram", ngram, 2, 8), ("guesses", guesses, 1, 32)):
-            if not low <= value <= high:
-                return f"--{flag} must be in {low}..{high}, got {value}"
-        size = (window + guesses) * (ngram - 1)
-    if n_ctx is not None and size + 2 >= n_ctx:
-        return f"a {method} step feeds up to {size} tokens, which does not fit the model's context of {n_ctx}: " \
-               "propose fewer tokens"
-    return None

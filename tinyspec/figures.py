@@ -177,7 +177,7 @@ def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6
                prompt: str = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n") -> None:
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
-    from .cli import load_eagle
+    from .methods import load_eagle
     from .decoding import verify_tree
     from .eagle import HeadDrafter, grow_tree
     from .sampling import Sampling
@@ -229,7 +229,7 @@ def eagle_costs(model_path, head_path, context: int = 128, runs: int = 60) -> No
     forward after `context` cached tokens): the minimum of `runs` timings each, the run least
     disturbed by other jobs on a shared machine."""
     import time
-    from .cli import load_eagle
+    from .methods import load_eagle
     from .eagle import HeadDrafter
 
     def best(fn, setup=lambda: None):

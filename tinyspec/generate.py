@@ -27,9 +27,10 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  EAGLE_DEPTH, EAGLE_TOPK, METHODS, ArgumentParser, Decoder, HelpFormatter, check_draft_free, check_k,
-                  check_prompts, check_rule, check_tokenizer, check_tree_nodes, die, examples, load_eagle, load_encoding, load_heads, load_model,
-                  pick_device, pick_dtype, run_main, set_threads, use_attention, use_colour)
+                  ArgumentParser, HelpFormatter, check_prompts, check_tokenizer, die, examples, load_encoding,
+                  load_model, pick_device, pick_dtype, run_main, set_threads, use_colour)
+from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule,
+                      check_tree_nodes, load_eagle, load_heads, use_attention)
 from .batch import run_batch
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
 from .medusa import MedusaHeads

@@ -23,7 +23,6 @@ then mean nothing and the report says so.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from . import benchmark
 from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
 from .files import atomic_write_json, atomic_write_text
 
@@ -83,8 +83,6 @@ def kernels(device: torch.device, quick: bool) -> dict:
 
 def methods(args, device: torch.device, quick: bool) -> tuple[list[dict], list[dict], list[str]]:
     """The benchmark on the eager path and (CUDA) the graph path; HF rows from the eager run."""
-    from . import bench
-
     paths = ["eager", "graph"] if device.type == "cuda" else ["eager"]
     rows, hf, commands = [], [], []
     for path in paths:
@@ -104,8 +102,8 @@ def methods(args, device: torch.device, quick: bool) -> tuple[list[dict], list[d
             argv += ["--no-hf"]
         else:
             argv += ["--hf-modes", "hf,hf-assisted" + (",hf-static-compiled" if device.type == "cuda" else "")]
-        parsed = bench.build_parser().parse_args(argv)
-        report = bench.measure(parsed, argv)
+        parsed = benchmark.build_parser().parse_args(argv)
+        report = benchmark.measure(parsed, argv)
         commands.append(report["command"])
         rows += [dict(r, path=path) for r in report["rows"]]
         hf += report["huggingface"]

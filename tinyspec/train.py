@@ -23,26 +23,23 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shutil
 import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import data, distill
-from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_output, check_tokenizer, die, examples, pick_device,
-                  run_main, set_threads)
-from .files import atomic_save_tensors, atomic_write_json, atomic_write_text
+from . import data
+from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, check_tokenizer, die,
+                  examples, pick_device, run_main, set_threads, shown)
+from .files import atomic_write_text
 from .model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
-from .eagle import DEFAULT_DEPTH, DEFAULT_TOPK, EagleHead, eagle
-from .medusa import MedusaHeads
 from .tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
-from .tree import expected_accepted, from_accuracies
+from .train_heads import train_eagle, train_medusa
 
 
 # The longest context `train gpt` accepts: attention costs n_ctx^2 per layer and the learned position
@@ -51,15 +48,6 @@ MAX_N_CTX = 8192
 
 
 # ---- tokenizer ------------------------------------------------------------------------------
-
-def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Path:
-    """Where a command writes, checked before the work (`cli.check_output`); the shipped weights
-    are never replaced by accident. Nothing is created here: an aborted run leaves no empty folders."""
-    path = check_output(path, flag)
-    if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
-        die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
-    return path
-
 
 def check_texts(paths: list[str] | None) -> None:
     """--text files: each must exist and be UTF-8 text (a binary file would train on noise)."""
@@ -104,61 +92,6 @@ def evaluate(model: GPT, tokens: data.TokenFile, args, device, autocast) -> floa
         losses.append(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
     model.train()
     return sum(losses) / len(losses)
-
-
-def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
-    """Model, optimizer moments and sampler RNG as safetensors, the rest as JSON, all in a new
-    directory `step-NNNNNN`; then the file `latest` is switched to it (atomically) and older
-    checkpoints are removed. A crash at any moment leaves `latest` naming a complete one."""
-    ckpt = run_dir / f"step-{state['step']:06d}"
-    ckpt.mkdir(parents=True, exist_ok=True)
-    model.save(ckpt / "model.safetensors")
-    moments = {f"{i}.{name}": t for i, s in opt.state_dict()["state"].items() for name, t in s.items()}
-    moments["data_rng"] = data_rng.get_state()
-    atomic_save_tensors({k: v.contiguous() for k, v in moments.items()}, ckpt / "optimizer.safetensors")
-    atomic_write_json(ckpt / "state.json", state)
-    atomic_write_text(run_dir / "latest", ckpt.name + "\n")
-    for old in run_dir.glob("step-*"):
-        if old != ckpt:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The directory of the last complete checkpoint in run_dir, if any."""
-    pointer = run_dir / "latest"
-    return run_dir / pointer.read_text().strip() if pointer.is_file() else None
-
-
-def load_checkpoint(ckpt: Path, model, opt, data_rng, device, read=lambda path: GPT.from_hf(path).state_dict()) -> dict:
-    """Restore what `save_checkpoint` wrote; read(path) -> the model's state dict from its file."""
-    from safetensors.torch import load_file
-
-    state = json.loads((ckpt / "state.json").read_text())
-    model.load_state_dict(read(ckpt / "model.safetensors"))
-    moments = load_file(ckpt / "optimizer.safetensors")
-    data_rng.set_state(moments.pop("data_rng"))
-    opt_state = {}
-    for key, t in moments.items():
-        i, name = key.split(".", 1)
-        opt_state.setdefault(int(i), {})[name] = t if name == "step" else t.to(device)
-    opt.load_state_dict({"state": opt_state, "param_groups": opt.state_dict()["param_groups"]})
-    return state
-
-
-class Budget:
-    """--max-minutes, counted from the start of the command: a step is begun only if it and the
-    validation that must follow it (measured, or estimated at a third of a step per batch, as
-    it runs the forward only) still fit."""
-
-    def __init__(self, minutes: float | None, eval_batches: int):
-        self.deadline = time.time() + 60 * minutes if minutes else None
-        self.eval_batches, self.step_s, self.eval_s = eval_batches, None, None
-
-    def room_for_a_step(self) -> bool:
-        if self.deadline is None or self.step_s is None:
-            return True  # the first step always runs: it measures the others
-        eval_s = self.eval_s if self.eval_s is not None else self.eval_batches * self.step_s / 3
-        return time.time() + self.step_s + eval_s <= self.deadline
 
 
 def train_gpt(args) -> None:
@@ -281,12 +214,6 @@ def train_gpt(args) -> None:
     print(f"saved {out} and its model card {out.with_suffix('.md')}")
 
 
-def shown(path) -> str:
-    """A path as a card should print it: relative to the project when inside it (cards travel)."""
-    path = Path(path).resolve()
-    return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
-
-
 def write_card(path: Path, args, config, model, meta, history, device, seconds: float) -> None:
     """The model card: what this checkpoint is and how to make it again (figures from this run)."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s))"
@@ -319,175 +246,6 @@ Reproduce: `python -m tinyspec.train {flags}`
 |---|---|---|---|
 {curve}
 """)
-
-
-# ---- Medusa heads ---------------------------------------------------------------------------
-
-def distilled(target: GPT, enc, args, run_dirs: list[Path], split: str, n: int, temperatures: list[float]) -> np.ndarray:
-    """Self-distilled sequences (`distill.self_distill`), generated once and cached: read from the
-    first of `run_dirs` that holds them for this target and shape, else made and written to the first."""
-    width = args.prompt_len + args.gen_len
-    name = f"selfdistill-{split}-{target.fingerprint()}-{n}x{width}.bin"
-    for d in run_dirs:
-        if (d / name).is_file():
-            return np.fromfile(d / name, dtype=np.uint16).reshape(-1, width)
-    tokens = data.TokenFile(data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text,
-                                         packages=not args.stdlib_only) / f"{split}.bin")
-    parts = [distill.self_distill(target, tokens, n // len(temperatures), args.prompt_len, args.gen_len,
-                                 args.gen_batch, t, seed=args.seed + i) for i, t in enumerate(temperatures)]
-    seqs = np.concatenate(parts)
-    path = run_dirs[0] / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    seqs.tofile(path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
-    return seqs
-
-
-def frozen_target(args):
-    """(device, tokenizer, the target in float32) for training something on the target's own text."""
-    device = pick_device(args.device)
-    set_threads(args.threads, device, default=None)
-    check_destination(args.out, args.force)
-    check_output(args.run_dir, "--run-dir", directory=True)
-    enc = load_tokenizer(args.tokenizer)
-    if not Path(args.target).is_file():
-        die(f"--target {args.target} not found: train the target first (python -m tinyspec.train gpt)")
-    return device, enc, GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
-
-
-def train_medusa(args) -> None:
-    device, enc, target = frozen_target(args)
-    out, run_dir = Path(args.out), Path(args.run_dir)
-    train_seqs = distilled(target, enc, args, [run_dir], "train", args.sequences, [0.0, 1.0])  # greedy and sampled
-    heldout = distilled(target, enc, args, [run_dir], "val", max(16, args.sequences // 32), [0.0])
-    heads = MedusaHeads(target.config.n_embd, args.heads).to(device)
-    losses = distill.train_heads(target, heads, train_seqs, args.prompt_len, args.steps, args.batch_size, args.lr,
-                                args.seed, window=args.window)
-    heads.accuracy = distill.head_accuracy(target, heads, heldout, args.prompt_len)
-    heads.target_fingerprint = target.fingerprint()
-    heads.save(out)
-    acc = heads.accuracy
-    rows = "\n".join(f"| {i + 1} | {losses[i]:.3f} | {acc[i, 0]:.3f} | {acc[i, :5].sum():.3f} |" for i in range(heads.n_heads))
-    sizes = "\n".join(f"| {n} | {from_accuracies(acc, n).max_depth} | {1 + expected_accepted(from_accuracies(acc, n), acc):.2f} |"
-                      for n in (8, 16, 32, 64))
-    atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
-
-- {heads.n_heads} Medusa heads (ResBlock + the target's shared, frozen LM head) for `{shown(args.target)}`
-  (fingerprint {heads.target_fingerprint}; loading them on another target is refused)
-- data: {len(train_seqs)} self-distilled sequences ({args.prompt_len}-token prompts from the stdlib train split, {args.gen_len}
-  tokens generated by the target, half greedy, half at temperature 1): {train_seqs.size / 1e6:.2f}M tokens
-- training: {args.steps} steps of {args.batch_size} sequences ({args.window}-position windows), AdamW lr {args.lr}, loss weights 0.8^i,
-  soft labels (the target's own next-token distributions)
-- held-out: {len(heldout)} greedy continuations of validation-split prompts
-
-| head (guesses x_t+1+i) | final train loss | top-1 accuracy | top-5 accuracy |
-|---|---|---|---|
-{rows}
-
-Accuracy = how often the head's guess is the target's greedy token, measured on held-out text.
-Trees built from these accuracies (`tree.from_accuracies`) and the tokens per target forward
-they promise if heads were right independently (1 + expected accepted nodes):
-
-| nodes | depth | predicted tau |
-|---|---|---|
-{sizes}
-
-Reproduce: `python -m tinyspec.train {' '.join(sys.argv[1:])}`
-""")
-    print(f"saved {out} and its card {out.with_suffix('.md')}; top-1 accuracy per head: {[round(a, 3) for a in acc[:, 0].tolist()]}")
-
-
-# ---- EAGLE head -----------------------------------------------------------------------------
-
-def train_eagle(args) -> None:
-    device, enc, target = frozen_target(args)
-    run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
-    if args.resume and latest_checkpoint(ckpt_dir) is None:
-        die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
-    t0 = time.time()
-    caches = [run_dir, Path(args.medusa_run_dir)]  # the sequences `train medusa` made are reused
-    train_seqs = distilled(target, enc, args, caches, "train", args.sequences, [0.0, 1.0])  # greedy and sampled
-    heldout = distilled(target, enc, args, caches, "val", max(16, args.sequences // 32), [0.0])
-    features = distill.target_features(target, train_seqs)
-    data_minutes = (time.time() - t0) / 60
-    torch.manual_seed(args.seed)
-    head = EagleHead.for_target(target)
-    seconds = {"before": 0.0, "start": time.time()}
-
-    def resume(opt, g):
-        state = load_checkpoint(latest_checkpoint(ckpt_dir), head, opt, g, device, read=lambda p: EagleHead.load(p).state_dict())
-        if state["args"]["steps"] != args.steps or state["args"]["batch_size"] != args.batch_size:
-            die(f"--resume: the checkpoint in {ckpt_dir} is of another --steps/--batch-size; drop --resume or change --run-dir")
-        seconds["before"] = state["train_seconds"]
-        print(f"resuming from step {state['step']}")
-        return state["step"], state["curve"]
-
-    def checkpoint(step, opt, g, curve):
-        save_checkpoint(ckpt_dir, head, opt, g, {"step": step, "curve": curve, "args": vars(args),
-                        "train_seconds": round(seconds["before"] + time.time() - seconds["start"], 1)})
-
-    curve = distill.train_eagle(target, head, train_seqs, features, args.steps, args.batch_size, args.lr, args.noise,
-                                args.ce_weight, args.seed, resume=resume if args.resume else None, checkpoint=checkpoint,
-                                every=args.checkpoint_every)
-    train_minutes = (seconds["before"] + time.time() - seconds["start"]) / 60
-    out = Path(args.out)
-    head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
-    head = EagleHead.load(out, device)  # measured as shipped (rounded to --save-dtype)
-    print(f"measuring the saved head's top-1 accuracy per depth on {len(heldout)} held-out sequences ...", flush=True)
-    head.accuracy = distill.eagle_accuracy(target, head, heldout, args.prompt_len)
-    head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
-    print(f"decoding {min(16, len(heldout))} held-out prompts with EAGLE's default tree for the card's tau ...", flush=True)
-    tau = held_out_tau(target, head, heldout, args.prompt_len)
-    where = f"CPU ({platform.machine()}, {torch.get_num_threads()} thread(s))" if device.type == "cpu" else torch.cuda.get_device_name(device)
-    acc = head.accuracy
-    chain = [1.0]
-    for a in acc:
-        chain.append(chain[-1] * a)
-    rows = "\n".join(f"| {c['step']} | {c['smooth_l1']:.4f} | {c['ce']:.3f} |" for c in curve)
-    atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
-
-- EAGLE draft head (fc 2C -> C, one GPT-2 block; the target's frozen embedding and LM head) for
-  `{shown(args.target)}` (fingerprint {head.target_fingerprint}; loading it on another target is refused);
-  {sum(p.numel() for p in head.parameters()):,} parameters, stored as {args.save_dtype}
-- data: {len(train_seqs)} self-distilled sequences ({args.prompt_len}-token prompts from the stdlib train split, {args.gen_len}
-  tokens generated by the target, half greedy, half at temperature 1): {train_seqs.size / 1e6:.2f}M tokens; generating
-  them and the target's features took {data_minutes:.1f} minutes (less when cached)
-- training: {args.steps} steps of {args.batch_size} sequences (every pair), AdamW lr {args.lr}, loss SmoothL1(features)
-  + {args.ce_weight} x CE(target's distribution), input noise U(-{args.noise}, {args.noise}); {train_minutes:.1f} minutes on {where}
-- held-out: {len(heldout)} greedy continuations of validation-split prompts
-
-| step | SmoothL1 (mean since last row) | cross-entropy |
-|---|---|---|
-{rows}
-
-Held-out top-1 accuracy per draft depth (depth d reads d - 1 of the head's own predicted
-features; the tokens before it are the target's), and the chance that a chain of top-1 guesses is
-accepted that far (their product):
-
-| depth | {' | '.join(str(d + 1) for d in range(len(acc)))} |
-|---|{'---|' * len(acc)}
-| top-1 accuracy | {' | '.join(f'{a:.3f}' for a in acc)} |
-| chain accepted | {' | '.join(f'{c:.3f}' for c in chain[1:])} |
-
-Greedy decoding of the held-out prompts (first {args.prompt_len} tokens of each, 64 new tokens, the default
-tree: --tree-nodes 16, --eagle-topk {DEFAULT_TOPK}, --eagle-depth {DEFAULT_DEPTH}): tau = {tau:.2f} tokens per target forward (bonus token included).
-
-Reproduce: `python -m tinyspec.train {' '.join(a for a in sys.argv[1:] if a != '--resume')}`
-""")
-    print(f"saved {out} and its card {out.with_suffix('.md')}; accuracy per depth {[round(a, 3) for a in acc]}, tau {tau:.2f}")
-
-
-@torch.no_grad()
-def held_out_tau(target: GPT, head: EagleHead, sequences: np.ndarray, prompt_len: int, n: int = 16) -> float:
-    """Tokens per target forward of greedy EAGLE decoding (default tree) on held-out prompts."""
-    from .decoding import run
-    from .sampling import Sampling
-    tokens = steps = 0
-    for seq in sequences[:n]:
-        max_len = min(target.config.n_ctx, prompt_len + 64 + 17)  # room for the output and one tree
-        res = run(eagle(target, head, seq[:prompt_len].tolist(), Sampling(0.0), None, max_len), 64)
-        tokens, steps = tokens + len(res.token_ids), steps + res.target_steps
-    return tokens / steps
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,479 @@
+"""What `python -m tinyspec.bench` measures: every method on the same held-out prompts, same
+device, same run (`bench.py` is the command; `report.py` calls `measure` too).
+
+The prompts (`tinyspec/prompts.jsonl`, made by `python -m tinyspec.data prompts`) come from standard
+library modules no model trained or validated on, in three categories: code (write a function
+body), docs (continue a docstring) and structured (continue a literal table).
+
+Per method, temperature and category it reports tau (tokens per target forward, the
+correction/bonus token included), the acceptance rate, tokens/s (the median over --repeats
+passes, after a warm-up pass), the speedup over `ar` (our own plain decoding, measured in the
+same run on the same prompts) and the speedup the analytic model predicts from what was
+measured: for a draft, Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) with the measured
+acceptance a and cost ratio c; for greedy Medusa, the tau its tree promises from the heads'
+held-out accuracies over the measured cost of one tree step relative to one plain step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
+                  ArgumentParser, HelpFormatter, check_tokenizer, die, examples, load_encoding,
+                  load_model, pick_device, pick_dtype, set_threads)
+from .methods import (EAGLE_DEPTH, EAGLE_TOPK, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
+                      load_eagle, load_heads, use_attention)
+from .batch import run_batch
+from .decoding import run
+from .sampling import Sampling
+from .speculative import expected_speedup
+from .timing import copy_bandwidth, cost_ratio, step_cost, weight_bytes
+from .tree import expected_accepted, from_accuracies
+from .verify import RULES
+
+PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
+EXAMPLES = [
+    "python -m tinyspec.bench --quick                      # a minute or two on a CPU",
+    "python -m tinyspec.bench --methods ar,draft:4,draft:4@block --temperatures 1 --json",
+    "python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)",
+    "python -m tinyspec.bench --batch-sizes 1,2,4,8,16 --methods ar,medusa:16,auto --temperatures 0",
+    "python -m tinyspec.bench report --out runs/report     # every GPU figure in one command (GPU)",
+    "python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)",
+]
+CATEGORIES = ("code", "docs", "structured")
+
+
+def parse_method(spec: str) -> tuple[str, str]:
+    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES', 'eagle:NODES', 'lookup:K' or 'lookahead:W,N,G',
+    each optionally with '@RULE' (an acceptance rule of verify.py, e.g. draft:4@block,
+    medusa:16@pointmass) -> (name, parameter)."""
+    name, _, param = spec.partition(":")
+    size, _, rule = param.partition("@")
+    ok = (name in ("ar", "auto") and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
+        or (name in ("medusa", "eagle", "lookup") and size.isdigit()) \
+        or (name == "lookahead" and re.fullmatch(r"\d+,\d+,\d+", size) is not None)
+    if not ok:
+        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K, "
+            "lookahead:W,N,G (each optionally @RULE) or auto (with --batch-sizes)")
+    problem = check_rule(name, rule) if rule else None
+    if rule and rule not in RULES:
+        problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
+    if not problem and name == "lookup":
+        problem = check_draft_free(name, k=int(size))
+    elif not problem and name == "lookahead":
+        window, ngram, guesses = map(int, size.split(","))
+        problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
+    if problem:
+        die(f"{spec}: {problem}")
+    return name, param
+
+
+class Runner:
+    """Holds the models and runs one method over a list of prompts."""
+
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None, max_rows=1):
+        self.target, self.draft, self.heads, self.device, self.eagle = target, draft, heads, device, eagle
+        self.max_rows = max_rows  # the largest batch, for the policy of `auto`
+        self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
+        self.max_new, self.seed = max_new_tokens, seed
+        self.c = cost_ratio(target, draft) if draft is not None else None
+        self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
+        self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
+        self.decoders = {}  # one per method, made on first use and reused for every prompt
+
+    def tree(self, nodes: int):
+        if nodes not in self.trees:
+            self.trees[nodes] = from_accuracies(self.heads.accuracy, nodes)
+        return self.trees[nodes]
+
+    def decoder(self, spec) -> Decoder:
+        if spec not in self.decoders:
+            name, param = spec
+            size, _, rule = param.partition("@")
+            rule = rule or None  # None: each temperature's default rule
+            if name == "ar":
+                self.decoders[spec] = Decoder(self.target, cuda_graph=self.cuda_graph)
+            elif name == "auto":  # Medusa trees or plain steps, per step: measures forward costs now
+                self.decoders[spec] = Decoder(self.target, "auto", heads=self.heads, rule=rule, batch_size=self.max_rows)
+            elif name == "draft":
+                self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if size == "auto" else int(size),
+                                              rule=rule, cost=self.c)
+            elif name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
+                self.decoders[spec] = Decoder(self.target, "eagle", heads=self.eagle, rule=rule,
+                                              eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, int(size)))
+            elif name == "lookup":
+                self.decoders[spec] = Decoder(self.target, "lookup", k=int(size), rule=rule)
+            elif name == "lookahead":
+                window, ngram, guesses = map(int, size.split(","))
+                self.decoders[spec] = Decoder(self.target, "lookahead", rule=rule, window=window, ngram=ngram,
+                                              guesses=guesses)
+            else:
+                self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
+                                              rule=rule, cuda_graph=self.cuda_graph)
+        return self.decoders[spec]
+
+    def run(self, spec, prompts, sampling) -> dict:
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
+        decoder = self.decoder(spec)
+        for i, prompt in enumerate(prompts):
+            generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
+            res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
+            for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
+                totals[key] += getattr(res, key)
+            totals["new_tokens"] += len(res.token_ids)
+            totals["outputs"].append(res.token_ids)
+        return totals
+
+    def run_batches(self, spec, prompts, sampling, size: int) -> dict:
+        """The prompts `size` at a time, each batch decoded together (`batch.run_batch`); prompt i
+        samples with seed + i, as in `run`. Latency: each row's time from its batch's start."""
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[],
+                      latencies=[])
+        decoder = self.decoder(spec)
+        for first in range(0, len(prompts), size):
+            rows = prompts[first:first + size]
+            generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
+            t0 = time.perf_counter()
+            results = run_batch(decoder.batch_steps(rows, sampling, generators, self.max_new), len(rows), self.max_new)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            totals["wall_s"] += time.perf_counter() - t0
+            for res in results:
+                for key in ("target_steps", "proposed", "accepted", "rejections"):
+                    totals[key] += getattr(res, key)
+                totals["new_tokens"] += len(res.token_ids)
+                totals["outputs"].append(res.token_ids)
+                totals["latencies"].append(res.wall_s)
+        return totals
+
+
+def medusa_step_cost(target, heads, tree, cuda_graph: bool = False) -> float:
+    """One Medusa step (the heads on one hidden state + verifying the tree) over one plain step."""
+    h = torch.zeros(target.config.n_embd, device=target.lm_head.weight.device, dtype=target.lm_head.weight.dtype)
+    return step_cost(target, tree, lambda: heads(h, target.lm_head), cuda_graph=cuda_graph)
+
+
+def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
+    """One row of the table from the passes of one (method, temperature, category) and of `ar`."""
+    name, param = spec
+    first = passes[0]
+    rate = lambda p: p["new_tokens"] / p["wall_s"]
+    # Paired: each pass against the ar pass of the same repeat, run seconds before it on a machine in
+    # the same state; the median of those ratios shrugs off slow spells that a ratio of medians feels.
+    speedup = statistics.median(rate(p) / rate(a) for p, a in zip(passes, ar_passes))
+    row = {"method": name + (f":{param}" if param else ""), "temperature": temperature, "category": category,
+           "prompts": first["prompts"], "new_tokens": first["new_tokens"], "target_steps": first["target_steps"],
+           "tau": round(first["new_tokens"] / first["target_steps"], 3),
+           "tokens_per_s": round(statistics.median(map(rate, passes)), 2), "speedup": round(speedup, 3),
+           "acceptance_rate": None, "predicted_speedup": None}
+    if temperature == 0:  # greedy: how many prompts got exactly plain decoding's tokens (all, in float32)
+        row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
+    if first["proposed"]:
+        row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
+    if name == "draft" and param.isdigit() and first["proposed"]:  # Leviathan's model is of the token-level rule
+        alpha = first["accepted"] / max(1, first["accepted"] + first["rejections"])  # per evaluated proposal
+        row["alpha"] = round(alpha, 4)
+        row["cost_ratio"] = round(runner.c, 4)
+        row["predicted_speedup"] = round(expected_speedup(alpha, runner.c, int(param)), 3)
+    if name == "medusa" and param.isdigit() and temperature == 0:  # the accuracies are of greedy guesses
+        tree = runner.tree(int(param))
+        predicted_tau = 1 + expected_accepted(tree, runner.heads.accuracy.cpu())
+        row["predicted_tau"] = round(predicted_tau, 3)
+        row["step_cost"] = round(runner.step_costs[int(param)], 3)
+        row["predicted_speedup"] = round(predicted_tau / runner.step_costs[int(param)], 3)
+    return row
+
+
+QUICK = dict(methods="ar,draft:4,medusa:16", temperatures="0", prompts_per_category=2, max_new_tokens=48, repeats=1)
+FULL = dict(methods="ar,draft:2,draft:4,draft:6,medusa:16", temperatures="0,1", prompts_per_category=8,
+            max_new_tokens=128, repeats=3)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tinyspec.bench", description="every method on the same held-out prompts, "
+                        "same device, same run", formatter_class=HelpFormatter, epilog=examples(*EXAMPLES) + "\n\n"
+                        "Two more commands: `bench report --out DIR` runs the GPU tests, the kernel table, every method on both paths "
+                        "and Hugging Face, and writes DIR/report.json and report.md (on a CPU, a quick subset); `bench "
+                        "kernels` times the tree-attention kernel against SDPA. Each has its own --help.")
+    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K (prompt lookup), lookahead:W,N,G (its commas stay inside the spec), each optionally @RULE to "
+                    "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
+                    f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
+    ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
+    ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
+    ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category "
+                    f"(default: {FULL['prompts_per_category']})")
+    ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
+    ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods; the median is "
+                    f"reported (default: {FULL['repeats']})")
+    ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
+                    "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
+    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
+    ap.add_argument("--draft", default=str(DEFAULT_DRAFT), help="draft model weights (for draft:K rows)")
+    ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="Medusa heads (for medusa:NODES rows)")
+    ap.add_argument("--eagle", default=str(DEFAULT_EAGLE), help="the EAGLE head (for eagle:NODES rows)")
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
+    ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps as recorded CUDA graphs "
+                    "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
+    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
+    ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
+    ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
+                    "when transformers is installed)")
+    ap.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
+                    "the draft), hf-static-compiled (static cache, compiled step; for a GPU)")
+    ap.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
+                    "each method decodes --batch-prompts prompts this many at a time (comma-separated, e.g. "
+                    "1,2,4,8,16), reporting total tokens/s and the mean latency per sequence; --methods may then "
+                    "include auto (speculate or not per step, auto.BatchPolicy)")
+    ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
+                    "turn from each category")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
+    return ap
+
+
+LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup = tok/s over ar's in the same "
+          "interleaved pass (median over passes); predicted = the analytic model's speedup from measured inputs "
+          "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
+          "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
+          "decoding's, token for token")
+
+
+BATCH_LEGEND = ("tau = tokens per row per target forward, correction/bonus included; tok/s = all rows' tokens over "
+                "the wall time of all batches; latency = mean seconds from a batch's start to a row's last token; "
+                "speedup = tok/s over ar's at the same batch size in the same round (median over rounds); same = "
+                "rows whose greedy output is ar's at the smallest batch size, token for token")
+
+
+def read_prompt_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        die(f"--prompts {path} not found: make it with python -m tinyspec.data")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        die(f"--prompts {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a JSONL file made by "
+            "python -m tinyspec.data")
+    rows = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = isinstance(row["category"], str) and isinstance(row["prompt"], str)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            die(f"--prompts {path}, line {i}: expected a JSON object with string \"category\" and \"prompt\" fields")
+        rows.append(row)
+    return rows
+
+
+def check_specs(specs, n_ctx: int) -> None:
+    """The same limits generate puts on k and on tree sizes."""
+    for name, param in specs:
+        size = param.partition("@")[0]
+        problem = (check_k(size if size == "auto" else int(size)) if name == "draft" else
+                   check_tree_nodes(int(size), n_ctx) if name in ("medusa", "eagle") else None)
+        if problem:
+            die(f"--methods {name}:{param}: {problem}")
+
+
+def prepare(args):
+    """What every benchmark needs from the parsed `args`: checked settings, the prompts by category,
+    the models, and a Runner; returns (runner, specs, temperatures, prompts by category)."""
+    for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    methods = re.split(r",(?=[a-zA-Z])", args.methods)  # a comma before a digit is inside a spec: lookahead:7,4,7
+    specs = [parse_method(m) for m in dict.fromkeys(["ar"] + methods)]
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if ("auto", "") in specs and not sizes:
+        die("--methods auto chooses between speculation and batching: it needs --batch-sizes")
+    try:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        for t in temperatures:
+            Sampling(t).check()
+    except ValueError as e:
+        die(f"--temperatures must be comma-separated temperatures, 0 or >= 0.001: {args.temperatures!r} ({e})")
+    for (name, param), t in itertools.product(specs, temperatures):
+        problem = check_rule(name, param.partition("@")[2] or None, t)
+        if problem:
+            die(f"{name}:{param} at temperature {t:g}: {problem}")
+    unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
+    if unknown:
+        die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
+    if args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
+        die("--repeats, --prompts-per-category and --max-new-tokens must be at least 1")
+    categories = args.categories.split(",")
+    if not set(categories) <= set(CATEGORIES):
+        die(f"--categories must be among {', '.join(CATEGORIES)}")
+    device = pick_device(args.device)
+    dtype = pick_dtype(args.dtype, device)
+    set_threads(args.threads, device)
+    if args.cuda_graph and (device.type != "cuda" or args.attn == "triton"):
+        die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
+    rows = read_prompt_rows(Path(args.prompts))
+    enc = load_encoding(args.tokenizer)
+    prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
+               for c in categories}
+    target = load_model(args.model, device, dtype)
+    check_tokenizer(target, enc)
+    use_attention(target, args.attn, device)
+    check_specs(specs, target.config.n_ctx)
+    n_ctx = target.config.n_ctx
+    for c in categories:
+        if not prompts[c]:
+            die(f"no prompts of category {c} in {args.prompts}")
+        longest = max(map(len, prompts[c]))
+        if longest >= n_ctx:
+            die(f"a {c} prompt is {longest} tokens, the model's context is {n_ctx}: shorten it in {args.prompts}")
+        if longest + args.max_new_tokens > n_ctx:
+            die(f"a {c} prompt of {longest} tokens plus --max-new-tokens {args.max_new_tokens} does not fit the "
+                f"model's context of {n_ctx}: lower --max-new-tokens to {n_ctx - longest} or less")
+    draft = load_model(args.draft, device, dtype, "draft") if any(n == "draft" for n, _ in specs) else None
+    if draft is not None:
+        check_tokenizer(draft, enc, "draft")
+    heads = load_heads(args.heads, target, device, dtype) if any(n in ("medusa", "auto") for n, _ in specs) else None
+    if heads is not None and heads.accuracy is None:
+        die(f"{args.heads} records no head accuracies, which the benchmark's trees are built from")
+    eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
+    runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle,
+                    max_rows=max(sizes, default=1))
+    for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
+        runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
+    return runner, specs, temperatures, prompts
+
+
+def measure(args, argv: list[str]) -> dict:
+    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
+    runner, specs, temperatures, prompts = prepare(args)
+    categories, target, device = list(prompts), runner.target, runner.device
+    for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
+        runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
+    total = len(specs) * len(temperatures) * len(categories) * args.repeats
+    out, bar = [], tqdm(total=total, desc="benchmark", disable=args.json)
+    for temperature in temperatures:
+        sampling = Sampling(temperature)
+        for category in categories:
+            passes = {spec: [] for spec in specs}
+            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+                for spec in specs:
+                    passes[spec].append(dict(runner.run(spec, prompts[category], sampling), prompts=len(prompts[category])))
+                    bar.update(1)
+            for spec in specs:
+                out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "")]))
+    bar.close()
+    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out,
+                                                           args.hf_modes.split(","))
+    # Each target forward reads every weight once: bytes x forwards / s, the memory traffic a step achieves
+    for row in out:
+        forwards_per_s = row["tokens_per_s"] * row["target_steps"] / row["new_tokens"]
+        row["weights_GBps"] = round(weight_bytes(target) * forwards_per_s / 1e9, 3)
+    if device.type == "cuda":
+        peak = copy_bandwidth(device)
+        for row in out:
+            row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
+    return report_of(args, argv, runner, out) | {"huggingface": peers}
+
+
+def report_of(args, argv, runner, rows) -> dict:
+    device, dtype = runner.device, runner.target.lm_head.weight.dtype
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    return {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
+            "torch": torch.__version__, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "command": "python -m tinyspec.bench " + " ".join(argv), "rows": rows}
+
+
+def parse_batch_sizes(text: str | None) -> list[int]:
+    if text is None:
+        return []
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        sizes = [0]
+    if min(sizes) < 1 or len(set(sizes)) < len(sizes):
+        die(f"--batch-sizes must be distinct positive integers, comma-separated, e.g. 1,2,4,8,16; got {text!r}")
+    return sorted(sizes)
+
+
+def interleaved(prompts: dict[str, list], n: int) -> list:
+    """The first n prompts, taken in turn from each category: code, docs, structured, code, ..."""
+    out = [p for group in itertools.zip_longest(*prompts.values()) for p in group if p is not None][:n]
+    if len(out) < n:
+        die(f"--batch-prompts {n}: only {len(out)} prompts in these categories; raise --prompts-per-category")
+    return out
+
+
+def measure_batches(args, argv: list[str]) -> dict:
+    """The speculation-versus-batching curve: every method at every batch size of --batch-sizes,
+    each decoding the same --batch-prompts prompts `size` at a time. Per method and size: total
+    tokens/s, mean latency per sequence, tau, and the speedup over `ar` at the same batch size."""
+    if args.prompts_per_category is None:  # enough of each category to take --batch-prompts in turn
+        args.prompts_per_category = -(-args.batch_prompts // len(args.categories.split(",")))
+    runner, specs, temperatures, by_category = prepare(args)
+    sizes, prompts = parse_batch_sizes(args.batch_sizes), interleaved(by_category, args.batch_prompts)
+    for spec in specs:  # warm-up (auto's policy measures its forward costs here, once)
+        runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
+    out, bar = [], tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
+    rate = lambda p: p["new_tokens"] / p["wall_s"]
+    for temperature in temperatures:
+        passes = {(spec, size): [] for spec in specs for size in sizes}
+        for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+            for size in sizes:
+                for spec in specs:
+                    passes[spec, size].append(runner.run_batches(spec, prompts, Sampling(temperature), size))
+                    bar.update(1)
+        for size in sizes:
+            for spec in specs:
+                mine, ar, first = passes[spec, size], passes[("ar", ""), size], passes[spec, size][0]
+                row = {"method": spec[0] + (f":{spec[1]}" if spec[1] else ""), "temperature": temperature,
+                       "batch_size": size, "prompts": len(prompts), "new_tokens": first["new_tokens"],
+                       "tau": round(first["new_tokens"] / first["target_steps"], 3),
+                       "acceptance_rate": round(first["accepted"] / first["proposed"], 4) if first["proposed"] else None,
+                       "tokens_per_s": round(statistics.median(map(rate, mine)), 2),
+                       "latency_s": round(statistics.median(statistics.mean(p["latencies"]) for p in mine), 4),
+                       "speedup": round(statistics.median(rate(p) / rate(a) for p, a in zip(mine, ar)), 3)}
+                if temperature == 0:  # greedy: the rows whose output is ar's at the smallest batch size
+                    row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], passes[("ar", ""), sizes[0]][0]["outputs"]))
+                out.append(row)
+    bar.close()
+    report = report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
+    if ("auto", "") in specs:  # what the policy measured: ms of a target forward of rows x tokens, and of the heads
+        policy = runner.decoder(("auto", "")).policy
+        widths = [1] + [1 + s for s in policy.trees]
+        report["forward_ms"] = {f"{r}x{t}": round(policy.F(r, t) * 1e3, 3) for r in sizes for t in widths}
+        report["heads_ms"] = {str(r): round(policy.H(r) * 1e3, 3) for r in sizes}
+    return report
+
+
+def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
+    """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
+    speculative method over assisted generation (same temperature and category)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    from .peer import MODES, huggingface_rows
+
+    ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
+                              runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
+    peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
+                             ours, modes or MODES)
+    for peer in (p for p in peers if "error" not in p):
+        same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
+        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] != "hf-assisted")]
+        peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
+    return peers
