@@ -97,11 +97,9 @@ class Printer:
         self.stream.flush()  # before the summary goes to stderr
 
 
-# flags only some methods read
-METHOD_FLAGS = {"k": ("draft", "lookup"), "max_ngram": ("lookup",), "window": ("lookahead",),
-                "ngram": ("lookahead",), "guesses": ("lookahead",), "k_max": ("draft",), "draft": ("draft",), "heads": ("medusa", "auto"),
-                "tree": ("medusa", "eagle"), "tree_nodes": ("medusa", "eagle"), "eagle": ("eagle",),
-                "eagle_topk": ("eagle",), "eagle_depth": ("eagle",)}
+# flags only some methods read, and which (methods.METHODS says)
+METHOD_FLAGS = {flag: tuple(name for name, m in METHODS.items() if flag in m.flags)
+                for flag in dict.fromkeys(f for m in METHODS.values() for f in m.flags)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens (or at "
                     "<|endoftext|>, or when the context window is full)")
     ap.add_argument("--method", choices=list(METHODS), default="ar",
-                    help="; ".join(f"{name}: {what}" for name, what in METHODS.items()))
+                    help="; ".join(f"{name}: {m.summary}" for name, m in METHODS.items()))
     ap.add_argument("--batch-size", type=int, default=1, help="decode the prompts B at a time: the B rows share "
                     "every forward, each accepts its own proposals, and each row's output is its batch-1 output; each "
                     "prompt's text is printed when its batch is done")

@@ -11,7 +11,9 @@ The algorithms themselves know nothing of files or flags; this is where the comm
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -29,19 +31,6 @@ from .medusa import MedusaHeads, medusa
 from .model import GPT
 from .speculative import AdaptiveK, accept_or_resample, speculative
 from .verify import CHAIN_ONLY, RULES, SAMPLED, chain_rule
-
-# Every decoding method, and what it does in a line: the commands' help and `python -m tinyspec`
-# are written from this table.
-METHODS = {
-    "ar": "plain autoregressive decoding",
-    "draft": "speculative decoding with a draft model (Leviathan et al. 2022)",
-    "medusa": "Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)",
-    "eagle": "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass",
-    "lookup": "prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
-    "lookahead": "n-grams from the target's own Jacobi iterations, made and verified in the same pass",
-    "auto": "Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
-            "does not (measures forward costs first, a few seconds; batched, see --batch-size)",
-}
 
 MAX_K = 16  # draft tokens per step: beyond this, acceptance alpha^k leaves nothing to gain
 MAX_TREE_NODES = 127  # the root and 127 nodes fill the Triton kernel's largest tree tile (128)
@@ -148,46 +137,103 @@ class Decoder:
         return self.loop(True, prompts, sampling, generators, max_new_tokens)
 
     def loop(self, batched: bool, prompts, sampling, generators, max_new_tokens: int):
-        limit = max(map(len, prompts)) + max_new_tokens  # caches hold the output plus the look-ahead a step needs
-        draft_free = self.method in ("lookup", "lookahead")
-        rule = self.rule or ("greedy" if sampling.temperature == 0 else "pointmass" if draft_free else "lossless")
+        """The method's loop (`METHODS[method].loop`) for these prompts: its default rule at this
+        temperature, its caches sized for the output plus what one of its steps may feed beyond it."""
+        method = METHODS[self.method]
+        if method.batched_only and not batched:
+            raise ValueError(f"--method {self.method} is a batched loop: use batch_steps")
         problem = check_rule(self.method, self.rule, sampling.temperature)
         if problem:
             raise ValueError(problem)
+        rule = self.rule or ("greedy" if sampling.temperature == 0 else method.sampled_rule)
+        max_len = min(self.n_ctx, max(map(len, prompts)) + max_new_tokens + method.room(self))
         inputs = (prompts, sampling, generators) if batched else (prompts[0], sampling, generators[0])
-        cache = {} if batched else {"cache": self.cache}  # a batch makes its own BatchKVCache
-        t = self.target
-        if self.method == "auto" and not batched:
-            raise ValueError("--method auto is a batched loop: use batch_steps")
-        if self.method == "lookup":
-            return (lookup_batch if batched else lookup)(t, *inputs, min(self.n_ctx, limit + self.k + 1), self.k,
-                                                         self.max_ngram, rule, **cache)
-        if self.method == "lookahead":
-            size = (self.window + self.guesses) * (self.ngram - 1)  # the most tokens one step feeds
-            return (lookahead_batch if batched else lookahead)(t, *inputs, min(self.n_ctx, limit + size), self.window,
-                                                               self.ngram, self.guesses, rule, **cache)
-        if self.method in ("medusa", "auto"):
-            max_len = min(self.n_ctx, limit + (self.policy.largest if self.policy else len(self.tree)) + 1)
-            if batched:
-                return medusa_batch(t, self.heads, *inputs, max_len, self.policy or self.tree, rule)
-            return medusa(t, self.heads, *inputs, max_len, self.tree, rule, self.cache, self.forward)
-        if self.method == "eagle":
-            nodes = len(self.tree) if self.tree is not None else self.eagle_tree[2]
-            k, depth, _ = self.eagle_tree
-            args = (min(self.n_ctx, limit + nodes + 1), rule, k, depth, nodes, self.tree)
-            if batched:
-                return eagle_batch(t, self.heads, *inputs, *args)
-            return eagle(t, self.heads, *inputs, *args, self.cache, self.draft_cache)
-        if self.method == "draft":
-            k = AdaptiveK(self.cost, self.k_max) if self.k == "auto" else self.k
-            max_len = min(self.n_ctx, limit + (self.k_max if self.k == "auto" else self.k))
-            # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
-            accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-            caches = None if batched else (self.cache, self.draft_cache)
-            return (speculative_batch if batched else speculative)(t, self.draft, *inputs, max_len, k, caches, accept)
-        if batched:
-            return autoregressive_batch(t, *inputs, min(self.n_ctx, limit))
-        return autoregressive(t, *inputs, min(self.n_ctx, limit), self.cache, self.forward)
+        return method.loop(self, batched, inputs, max_len, rule)
+
+
+# ---- each method's loop, batch 1 or batched, from a Decoder's models and settings -------------
+
+def plain_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    if batched:
+        return autoregressive_batch(d.target, *inputs, max_len)
+    return autoregressive(d.target, *inputs, max_len, d.cache, d.forward)
+
+
+def draft_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    k = AdaptiveK(d.cost, d.k_max) if d.k == "auto" else d.k
+    # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
+    accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
+    caches = None if batched else (d.cache, d.draft_cache)
+    return (speculative_batch if batched else speculative)(d.target, d.draft, *inputs, max_len, k, caches, accept)
+
+
+def medusa_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    if batched:  # auto: a tree chosen per step by the policy
+        return medusa_batch(d.target, d.heads, *inputs, max_len, d.policy or d.tree, rule)
+    return medusa(d.target, d.heads, *inputs, max_len, d.tree, rule, d.cache, d.forward)
+
+
+def eagle_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    top_k, depth, _ = d.eagle_tree
+    args = (max_len, rule, top_k, depth, eagle_nodes(d), d.tree)
+    if batched:
+        return eagle_batch(d.target, d.heads, *inputs, *args)
+    return eagle(d.target, d.heads, *inputs, *args, d.cache, d.draft_cache)
+
+
+def eagle_nodes(d: Decoder) -> int:
+    return len(d.tree) if d.tree is not None else d.eagle_tree[2]
+
+
+def lookup_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    cache = {} if batched else {"cache": d.cache}  # a batch makes its own BatchKVCache
+    return (lookup_batch if batched else lookup)(d.target, *inputs, max_len, d.k, d.max_ngram, rule, **cache)
+
+
+def lookahead_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+    cache = {} if batched else {"cache": d.cache}
+    return (lookahead_batch if batched else lookahead)(d.target, *inputs, max_len, d.window, d.ngram, d.guesses, rule,
+                                                       **cache)
+
+
+@dataclass(frozen=True)
+class Method:
+    """What a decoding method is, for every command: a line saying what it does (the help), the
+    flags of `generate` that only it reads, what it proposes (which says the acceptance rules it
+    takes, `check_rule`), the room one of its steps needs beyond the output (tokens it may feed
+    past the last accepted one), and its loop.
+    A new method is one entry of METHODS."""
+    summary: str
+    loop: Callable  # (decoder, batched, inputs, max_len, rule) -> the loop's generator of steps
+    flags: tuple[str, ...] = ()
+    room: Callable[[Decoder], int] = lambda d: 0
+    proposes: str = "a tree"  # "nothing", "a sampled chain", "a tree" or "fixed tokens": the rules it takes
+    batched_only: bool = False
+
+    @property
+    def sampled_rule(self) -> str:
+        """The rule it is judged by when sampling: fixed tokens were not drawn from a q (verify.py)."""
+        return "pointmass" if self.proposes == "fixed tokens" else "lossless"
+
+
+METHODS = {
+    "ar": Method("plain autoregressive decoding", plain_loop, proposes="nothing"),
+    "draft": Method("speculative decoding with a draft model (Leviathan et al. 2022)", draft_loop,
+                    ("k", "k_max", "draft"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain"),
+    "medusa": Method("Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)", medusa_loop,
+                     ("heads", "tree", "tree_nodes"), lambda d: len(d.tree) + 1),
+    "eagle": Method("an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target "
+                    "pass", eagle_loop, ("tree", "tree_nodes", "eagle", "eagle_topk", "eagle_depth"),
+                    lambda d: eagle_nodes(d) + 1),
+    "lookup": Method("prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
+                     lookup_loop, ("k", "max_ngram"), lambda d: d.k + 1, proposes="fixed tokens"),
+    "lookahead": Method("n-grams from the target's own Jacobi iterations, made and verified in the same pass",
+                        lookahead_loop, ("window", "ngram", "guesses"),
+                        lambda d: (d.window + d.guesses) * (d.ngram - 1), proposes="fixed tokens"),
+    "auto": Method("Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
+                   "does not (measures forward costs first, a few seconds; batched, see --batch-size)", medusa_loop,
+                   ("heads",), lambda d: d.policy.largest + 1, batched_only=True),
+}
 
 
 def check_rule(method: str, rule: str | None, temperature: float = 0.0) -> str | None:
@@ -199,12 +245,14 @@ def check_rule(method: str, rule: str | None, temperature: float = 0.0) -> str |
     neither sampling nor greedy decoding."""
     if rule is None:
         return None
-    if method == "ar":
-        return "plain decoding (ar) proposes nothing: an acceptance rule applies to draft, medusa, eagle, lookup or lookahead"
-    if method in ("medusa", "eagle", "lookahead", "auto") and rule in CHAIN_ONLY:
-        return f"the {rule} rule verifies a chain (the draft method), not a tree"
-    if method in ("lookup", "lookahead") and rule in SAMPLED:
+    proposes = METHODS[method].proposes
+    if proposes == "nothing":
+        return f"plain decoding ({method}) proposes nothing: an acceptance rule applies to " + \
+            ", ".join(m for m, spec in METHODS.items() if spec.proposes != "nothing")
+    if proposes == "fixed tokens" and rule in SAMPLED:
         return f"the {rule} rule needs proposals sampled from a draft; {method} proposes fixed tokens: use pointmass"
+    if proposes != "a sampled chain" and rule in CHAIN_ONLY:
+        return f"the {rule} rule verifies a chain (the draft method), not a tree"
     if rule == "greedy" and temperature > 0:
         return (f"the greedy rule at temperature {temperature:g} is neither sampling nor greedy decoding: with "
                 f"--method {method} use --accept {' or '.join(exact_rules(method))} (exact) or typical (lossy), "
