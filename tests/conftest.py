@@ -108,3 +108,13 @@ def no_downloads(monkeypatch):
     (training commands in tests pass --stdlib-only; tests of the download itself fake pip)."""
     from tinyspec import data
     monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
+
+
+def refused(main, argv, capsys) -> str:
+    """Runs a command that must refuse its input: exit status 2, one line on stderr, no traceback.
+    Returns the line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err

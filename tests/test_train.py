@@ -9,6 +9,8 @@ from tinyspec.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
+from conftest import refused
+
 
 def test_split_is_by_whole_module_and_stable():
     splits = {s: data.stdlib_modules(s) for s in ("train", "val", "bench")}
@@ -155,10 +157,7 @@ def test_bad_training_input_is_one_line_exit_2_before_any_work(tmp_path, argv, m
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(train.data, "corpus", lambda *a: pytest.fail("the corpus was read before the input was checked"))
     monkeypatch.setattr(train.data, "prepare", lambda *a: pytest.fail("the corpus was read before the input was checked"))
-    with pytest.raises(SystemExit) as e:
-        train.main([a.format(tmp=tmp_path) for a in argv])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert message.format(tmp=tmp_path) in refused(train.main, [a.format(tmp=tmp_path) for a in argv], capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "binary.bin"]
 
 
