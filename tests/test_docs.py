@@ -435,3 +435,13 @@ def test_the_tour_can_be_checked_by_eye():
     assert all("--max-new-tokens" in a for a in fib)
     sampled = [a for a in tour if "--temperature" in a and float(a[a.index("--temperature") + 1]) > 0]
     assert sampled and all("--seed" in a for a in sampled)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_no_control_characters(doc):
+    """A Python string that ate a backslash (`\\beta` as a backspace, `\\nu` as a newline) leaves a
+    control character or a stray line in the book's LaTeX: neither may be there."""
+    text = doc.read_text(encoding="utf-8")
+    bad = [(i, line[:60]) for i, line in enumerate(text.splitlines(), 1) if any(ord(c) < 32 and c != "\t" for c in line)]
+    assert not bad and "\t" not in text, bad
+    assert not re.findall(r"^u[(}]", text, re.M), "a line starting with 'u(' is a \\nu split by a newline"
