@@ -170,3 +170,29 @@ def test_a_closed_pipe_ends_the_benchmark_quietly(files):
     p.stdout.close()  # as `| head -1` does
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_loop_is_a_window_that_comes_back_three_times():
+    from tinyspec.evaluate import loops
+    assert loops([7] * 10) and loops(list(range(8)) * 3) and loops([1, 2] * 12)
+    assert not loops(list(range(64))) and not loops(list(range(8)) * 2 + list(range(8, 40)))
+    assert not loops(list(range(8)) * 3, window=9) and loops(list(range(4)) * 3, window=4)
+
+
+def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys, monkeypatch):
+    """On random models (the figures mean nothing): every method's tau per category, the loops of
+    plain decoding, and validation loss on the corpus's held-out files, saved as JSON."""
+    import numpy as np
+    from tinyspec import data, evaluate
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("val", "val-packages"):
+        np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
+    monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    evaluate.main(["--methods", "ar,draft:2,lookup:4", "--prompts-per-category", "1", "--max-new-tokens", "8",
+                   "--model", str(files / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
+                   "--save", str(tmp_path / "q.json")])
+    report = json.loads((tmp_path / "q.json").read_text())
+    assert set(report["validation_loss"]) == {"val", "val-packages"} and report["validation_loss"]["val"] > 0
+    assert set(report["tau"]) == {"ar", "draft:2", "lookup:4"} and report["tau"]["ar"] == {"code": 1, "docs": 1, "structured": 1}
+    assert report["loops"]["code"][1] == 1 and "tau draft:2" in capsys.readouterr().out

@@ -16,7 +16,7 @@ ORDER = [
     "lookup", "lookahead", "kernels.__init__", "kernels.tree_attention", "fastpath", "data", "optim", "checkpoint", "distill",
     "train_heads", "train", "timing", "batch", "auto", "methods",
 ]
-COMMANDS = ["peer", "plots", "kernels.bench", "benchmark", "report", "bench", "generate", "figures", "course", "__main__"]
+COMMANDS = ["peer", "plots", "kernels.bench", "benchmark", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
 
 
 def imports(path: Path) -> set[str]:

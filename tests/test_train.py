@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from tinyspec import data, train
+from tinyspec import checkpoint, data, train
 from tinyspec.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
@@ -74,7 +74,7 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
 @pytest.mark.slow
 def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
     straight = tiny_run(tmp_path, tmp_path / "a", 20)
-    real_write = train.atomic_write_json
+    real_write = checkpoint.atomic_write_json
     calls = []
 
     def crash_on_second_checkpoint(path, obj):
@@ -83,10 +83,10 @@ def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypat
             raise KeyboardInterrupt  # as if the process died half-way through checkpoint 2
         real_write(path, obj)
 
-    monkeypatch.setattr(train, "atomic_write_json", crash_on_second_checkpoint)
+    monkeypatch.setattr(checkpoint, "atomic_write_json", crash_on_second_checkpoint)
     with pytest.raises(KeyboardInterrupt):
         tiny_run(tmp_path, tmp_path / "b", 20)
-    monkeypatch.setattr(train, "atomic_write_json", real_write)
+    monkeypatch.setattr(checkpoint, "atomic_write_json", real_write)
     assert json.loads((train.latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 10
     resumed = tiny_run(tmp_path, tmp_path / "b", 20, ["--resume"])
     assert resumed["step"] == straight["step"] == 20
