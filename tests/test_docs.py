@@ -445,3 +445,13 @@ def test_no_control_characters(doc):
     bad = [(i, line[:60]) for i, line in enumerate(text.splitlines(), 1) if any(ord(c) < 32 and c != "\t" for c in line)]
     assert not bad and "\t" not in text, bad
     assert not re.findall(r"^u[(}]", text, re.M), "a line starting with 'u(' is a \\nu split by a newline"
+
+
+def test_the_corpus_figures_are_the_saved_data_cards():
+    """The README's corpus sizes come from docs/corpus.json (`python -m tinyspec.data`'s meta.json)."""
+    meta = json.loads((ROOT / "docs" / "corpus.json").read_text())
+    sources = meta["sources"]
+    assert len(sources) == 21 and set(sources) - {"stdlib"} == set(__import__("tinyspec.data").data.PACKAGES)
+    total, stdlib = sum(r["train_tokens"] for r in sources.values()) / 1e6, sources["stdlib"]["train_tokens"] / 1e6
+    assert f"({total:.1f}M training tokens, {stdlib:.1f}M of them the standard library's)" in \
+        " ".join((ROOT / "README.md").read_text().split())

@@ -19,7 +19,9 @@ def overview() -> str:
       {' | '.join(jobs)}   (outputs go to runs/, never over weights/)
   python -m tinyspec.course     hand out chapters as assignments and grade them with the tests
       list | handout DIR --chapters sampling,kvcache | grade DIR
-  python -m tinyspec.data       regenerate the benchmark prompts from held-out modules
+  python -m tinyspec.data       build the training corpus (stdlib + pinned packages); `data prompts` makes
+                                the benchmark prompts from held-out modules
+  python -m tinyspec.evaluate   a target's validation loss, loops and every method's tau, without a clock
   python -m tinyspec.figures    redraw the walkthrough's figures
 
 Each command has --help with examples. Tests: python -m pytest (the statistical ones: -m slow).
