@@ -62,7 +62,7 @@ def with_accuracy(heads):
     return heads
 
 
-def decoder(m, method, rule):
+def decoder(m, method, rule, draft_vocab=None):
     """The command line's Decoder for `method` judged by `rule`; Medusa's tree has distinct
     siblings (ranks), so it is a valid top-k tree for pointmass and a shape for sampled trees."""
     heads = m["eagle"] if method == "eagle" else m["heads"]
@@ -73,7 +73,7 @@ def decoder(m, method, rule):
         d.policy.choose = lambda rows: d.policy.trees[4]
         return d
     return Decoder(m["target"], method, m["draft"] if method == "draft" else None, 3, heads, tree, rule,
-                   eagle_tree=(2, 2, 4), window=2, ngram=2, guesses=3)
+                   eagle_tree=(2, 2, 4), window=2, ngram=2, guesses=3, draft_vocab=draft_vocab)
 
 
 def counts_of(d, sampling, n_samples):
@@ -121,3 +121,55 @@ def test_every_combination_at_t0_is_plain_greedy_decoding(counting_gpt, method, 
     assert [r.token_ids for r in rows] == plain
     if method != "auto":
         assert [run(d.steps(p, Sampling(0.0), None, 24), 24).token_ids for p in prompts] == plain
+
+
+# ---- a reduced draft vocabulary (model.DraftVocab) ---------------------------------------------
+
+SUBSET = torch.tensor([0, 2, 3, 5, 6])  # the drafter proposes only these; the target judges all 8
+
+
+@pytest.fixture
+def fresh(tiny):
+    """The tiny models with new drafters: a reduced vocabulary is set on the drafter itself."""
+    return dict(tiny, draft=random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=2),
+                heads=with_accuracy(random_heads(16, 2, seed=2, scale=1.0)), eagle=random_head(tiny["target"], 2, 2.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, rule", [("draft", "lossless"), ("draft", "block"), ("medusa", "lossless"),
+                                          ("medusa", "pointmass"), ("eagle", "lossless")])
+def test_a_reduced_draft_vocabulary_keeps_the_target_distribution(fresh, method, rule):
+    counts, proposed = counts_of(decoder(fresh, method, rule, SUBSET), Sampling(1.0), 1536)
+    for prompt, c, exact in zip(PROMPTS, counts, fresh["exact"]):
+        stat, dof = chi_square(c, exact)
+        assert stat < critical_value(dof), f"{method}@{rule}, prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
+        assert c.view(V, V)[:, [1, 4, 7]].sum() > 0  # tokens outside the draft's vocabulary still come (from the target)
+    assert proposed > 0
+
+
+def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_output(counting_gpt):
+    from test_batch import mixed_prompts
+    from test_speculative import perturbed
+    draft, subset = perturbed(counting_gpt, 0.5, 1), torch.arange(0, 32, 2)  # the even tokens only
+    prompts = mixed_prompts(4, seed=3)
+    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 24).token_ids for p in prompts]
+    d = Decoder(counting_gpt, "draft", draft, 3, draft_vocab=subset)
+    for p, expected in zip(prompts, plain):
+        res = run(d.steps(p, Sampling(0.0), None, 24), 24)
+        assert res.token_ids == expected
+        accepted = [t for t, s in zip(res.token_ids, res.sources) if s == "accepted"]
+        assert accepted and all(t % 2 == 0 for t in accepted)  # only the draft's own vocabulary is ever proposed
+
+
+@pytest.mark.slow
+def test_proposals_from_the_reduced_vocabulary_judged_with_the_full_q_are_caught(fresh, monkeypatch):
+    """A planted bug: q renormalised wrongly. The draft samples from its distribution restricted to
+    SUBSET and renormalised, but the rule is handed the full-vocabulary q it came from."""
+    import tinyspec.batch as batch_module
+    real = batch_module.sample_rows
+    keep = torch.zeros(V, dtype=torch.bool)
+    keep[SUBSET] = True
+    monkeypatch.setattr(batch_module, "sample_rows", lambda p, rows, s: real(p * keep if p.shape[-1] == V else p, rows, s))
+    counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 768)
+    stats = [chi_square(c, exact) for c, exact in zip(counts, fresh["exact"])]
+    assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"the planted bug went unnoticed: {stats}"

@@ -216,7 +216,7 @@ def speculative_batch(target: GPT, draft: GPT, prompts: list[list[int]], samplin
         unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
         drafts, qs = [], []
         for _ in range(k_step):
-            qs.append(sampling.probs(draft.lm_head(last(feed(draft, d_cache, unseen)))))  # (B, V)
+            qs.append(sampling.probs(draft.logits(last(feed(draft, d_cache, unseen)))))  # (B, V)
             drafts.append(torch.stack(sample_rows(qs[-1], rows, sampling)))  # (B,)
             unseen = list(drafts[-1][:, None])
         drafts = torch.stack(drafts, 1) if drafts else torch.zeros(len(rows), 0, dtype=torch.long, device=device)  # (B, k)

@@ -28,12 +28,14 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  ArgumentParser, HelpFormatter, check_tokenizer, die, examples, load_encoding,
+                  ArgumentParser, HelpFormatter, check_tokenizer, die, examples, load_draft_vocab, load_encoding,
                   load_model, pick_device, pick_dtype, set_threads)
 from .methods import (EAGLE_DEPTH, EAGLE_TOPK, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
                       load_eagle, load_heads, use_attention)
 from .batch import run_batch
 from .decoding import run
+from .peer import compare_with_huggingface
+from .model import DraftVocab
 from .sampling import Sampling
 from .speculative import expected_speedup
 from .timing import copy_bandwidth, cost_ratio, step_cost, weight_bytes
@@ -89,6 +91,7 @@ class Runner:
         self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
         self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
         self.decoders = {}  # one per method, made on first use and reused for every prompt
+        self.draft_vocab = None  # --draft-vocab: the token ids drafters propose from (default: all)
 
     def tree(self, nodes: int):
         if nodes not in self.trees:
@@ -119,6 +122,10 @@ class Runner:
             else:
                 self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
                                               rule=rule, cuda_graph=self.cuda_graph)
+            if self.draft_vocab is not None and name in ("draft", "medusa", "eagle", "auto"):
+                drafter, head = (self.draft, self.draft.lm_head) if name == "draft" else \
+                    (self.eagle if name == "eagle" else self.heads, self.target.lm_head)
+                drafter.draft_vocab = DraftVocab(head, self.draft_vocab)  # model.DraftVocab
         return self.decoders[spec]
 
     def run(self, spec, prompts, sampling) -> dict:
@@ -229,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--draft-vocab", type=int, metavar="N", help="draft, medusa and eagle rows propose only from the N "
+                    "most frequent tokens of the corpus (model.DraftVocab; default: all)")
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
     ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
                     "when transformers is installed)")
@@ -352,6 +361,8 @@ def prepare(args):
     eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
     runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle,
                     max_rows=max(sizes, default=1))
+    if args.draft_vocab is not None:
+        runner.draft_vocab = load_draft_vocab(args.draft_vocab, target.config.vocab_size)
     for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
         runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
     return runner, specs, temperatures, prompts
@@ -457,23 +468,3 @@ def measure_batches(args, argv: list[str]) -> dict:
         report["forward_ms"] = {f"{r}x{t}": round(policy.F(r, t) * 1e3, 3) for r in sizes for t in widths}
         report["heads_ms"] = {str(r): round(policy.H(r) * 1e3, 3) for r in sizes}
     return report
-
-
-def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
-    """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
-    speculative method over assisted generation (same temperature and category)."""
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return []
-    from .peer import MODES, huggingface_rows
-
-    ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
-                              runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
-    peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
-                             ours, modes or MODES)
-    for peer in (p for p in peers if "error" not in p):
-        same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
-        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] != "hf-assisted")]
-        peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
-    return peers

@@ -7,6 +7,7 @@ training's and the corpus's too, can build on it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
 DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
 DEFAULT_EAGLE = WEIGHTS / "eagle.safetensors"
 DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
+DEFAULT_TOKEN_RANKS = WEIGHTS / "token_ranks.json"  # tokens by corpus frequency (`data.token_ranks`)
 
 
 def die(message: str, status: int = 2):
@@ -199,6 +201,19 @@ def check_tokenizer(model: GPT, enc, what: str = "model") -> None:
     if model.tokenizer_fingerprint and model.tokenizer_fingerprint != getattr(enc, "fingerprint", ""):
         die(f"the {what} was trained with another tokenizer (fingerprint {model.tokenizer_fingerprint}, this one "
             f"{getattr(enc, 'fingerprint', '?')}): pass the --tokenizer it was trained with")
+
+
+def load_draft_vocab(size: int, vocab_size: int, path: str | Path = DEFAULT_TOKEN_RANKS) -> torch.Tensor:
+    """--draft-vocab V': the ids of the V' most frequent tokens (`model.DraftVocab`), sorted."""
+    if not 1 <= size <= vocab_size:
+        die(f"--draft-vocab must be in 1..{vocab_size} (the vocabulary), got {size}")
+    try:
+        ranks = json.loads(Path(path).read_text())["ranks"]
+    except (OSError, ValueError, KeyError) as e:
+        die(f"cannot read the token ranks {path} ({e}): make them with python -m tinyspec.data")
+    if len(ranks) != vocab_size:
+        die(f"{path} ranks {len(ranks)} tokens, the model has {vocab_size}: make them for this tokenizer")
+    return torch.tensor(sorted(ranks[:size]))
 
 
 def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:

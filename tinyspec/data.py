@@ -205,9 +205,21 @@ def prepare(enc, tokenizer_path: Path, data_dir: Path, extra_text: list[str] | N
         flat.tofile(tmp)
         tmp.replace(out / f"{name}.bin")
         meta[name] = {"documents": len(ids), "tokens": int(flat.size)}
+    atomic_write_json(out / "token_ranks.json", token_ranks(out / "train.bin"))
     atomic_write_text(out / "CORPUS.md", card(meta))
     atomic_write_json(out / "meta.json", meta)  # written last: its presence marks a complete dataset
     return out
+
+
+def token_ranks(train_bin: Path) -> dict:
+    """The token ids from most to least frequent in the training split, and the share of its tokens
+    the most frequent V' cover: a drafter that proposes only those (`model.DraftVocab`) computes
+    V'/V of its LM head and can still propose that share of the text."""
+    counts = np.bincount(np.memmap(train_bin, dtype=np.uint16, mode="r"))
+    order = np.argsort(-counts, kind="stable")
+    covered = np.cumsum(counts[order]) / max(1, counts.sum())
+    return {"ranks": order.tolist(), "covered": {str(n): round(float(covered[n - 1]), 4)
+                                                 for n in (256, 512, 1024, 2048, 4096) if n <= len(order)}}
 
 
 def card(meta: dict) -> str:

@@ -245,7 +245,9 @@ class HeadDrafter:
     tree's entries again."""
 
     def __init__(self, head: EagleHead, target: GPT, cache: KVCache):
-        self.head, self.wte, self.lm_head, self.cache = head, target.transformer.wte, target.lm_head, cache
+        self.head, self.wte, self.cache = head, target.transformer.wte, cache
+        vocab = getattr(head, "draft_vocab", None)  # a reduced draft vocabulary (model.DraftVocab), if any
+        self.lm_head = target.lm_head if vocab is None else vocab
 
     def catch_up(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """features (n, C), tokens (n,): pairs (f_j, t_{j+1}). Returns the root's children logits (V,)."""

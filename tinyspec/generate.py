@@ -27,8 +27,8 @@ import torch
 from tqdm import tqdm
 
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
-                  ArgumentParser, HelpFormatter, check_prompts, check_tokenizer, die, examples, load_encoding,
-                  load_model, pick_device, pick_dtype, run_main, set_threads, use_colour)
+                  ArgumentParser, HelpFormatter, check_prompts, check_tokenizer, die, examples, load_draft_vocab,
+                  load_encoding, load_model, pick_device, pick_dtype, run_main, set_threads, use_colour)
 from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule,
                       check_tree_nodes, load_eagle, load_heads, use_attention)
 from .batch import run_batch
@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--eagle-topk", type=int, help="eagle: children per expanded node, and nodes expanded per "
                     f"depth, of the dynamic tree (default: {EAGLE_TOPK})")
     ap.add_argument("--eagle-depth", type=int, help=f"eagle: depth of the dynamic tree (default: {EAGLE_DEPTH})")
+    ap.add_argument("--draft-vocab", type=int, metavar="N", help="draft, medusa, eagle: propose only from the N most "
+                    "frequent tokens of the corpus (FR-Spec): the drafter's LM head costs N/8192 of the full one, the "
+                    "target still judges over every token, so the output is unchanged in distribution (default: all)")
     ap.add_argument("--accept", choices=list(RULES), default=None,
                     help="acceptance rule (verify.py; default: greedy at temperature 0, else lossless, or pointmass "
                     "for lookup and lookahead). lossless: "
@@ -313,7 +316,9 @@ def generate(args) -> None:
                                                     disable=len(prompts) < 1000)]
     check_prompts(encoded, n_ctx)
     c = cost_ratio(model, draft) if k == "auto" else None
+    vocab = load_draft_vocab(args.draft_vocab, model.config.vocab_size) if args.draft_vocab is not None else None
     decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
+                      draft_vocab=vocab,
                       k_max=8 if args.k_max is None else args.k_max, batch_size=args.batch_size,
                       **({"eagle_tree": eagle_tree} if eagle_tree else {}), **free)
     colour = args.show and use_colour(args.color, sys.stdout)

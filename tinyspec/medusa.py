@@ -77,7 +77,9 @@ class MedusaHeads(nn.Module):
         """hidden (..., C) -> logits (K, ..., V): row i-1 is head i's guess of x_{t+1+i}."""
         # One LM-head matmul for all K heads, not K: the (vocab x C) matrix is the largest the
         # heads touch, and when decoding one position it is read from memory once instead of K times.
-        return lm_head(torch.stack([block(hidden) for block in self.blocks]))
+        # With a reduced draft vocabulary (model.DraftVocab) only its V' rows are.
+        vocab = getattr(self, "draft_vocab", None)
+        return (lm_head if vocab is None else vocab)(torch.stack([block(hidden) for block in self.blocks]))
 
     def save(self, path: str | Path) -> None:
         meta = {"n_heads": str(self.n_heads), "n_embd": str(self.blocks[0].linear.in_features),

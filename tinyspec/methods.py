@@ -28,7 +28,7 @@ from .kvcache import KVCache
 from .lookahead import lookahead
 from .lookup import lookup
 from .medusa import MedusaHeads, medusa
-from .model import GPT
+from .model import GPT, DraftVocab
 from .speculative import AdaptiveK, accept_or_resample, speculative
 from .verify import CHAIN_ONLY, RULES, SAMPLED, chain_rule
 
@@ -107,13 +107,15 @@ class Decoder:
     with a tree chosen per step by `auto.BatchPolicy`, measured here for batches of up to
     `batch_size` rows). rule: the acceptance rule's name (verify.RULES); default greedy at
     temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
-    sampled). cost: the draft's cost ratio c, for k = "auto"."""
+    sampled). cost: the draft's cost ratio c, for k = "auto". draft_vocab: token ids the draft
+    model, the heads or the EAGLE head propose from (`model.DraftVocab`; default: all)."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
                  cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
                  eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16), max_ngram: int = 3,
-                 window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1):
+                 window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1,
+                 draft_vocab: torch.Tensor | None = None):
         self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
         self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
         self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
@@ -128,6 +130,9 @@ class Decoder:
         if method == "eagle":  # the head's cache also holds the nodes one step expands
             self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
         self.policy = BatchPolicy(target, heads, max_rows=batch_size) if method == "auto" else None  # measures costs
+        if draft_vocab is not None:  # the drafter proposes from these tokens only (model.DraftVocab)
+            drafter, head = (draft, draft.lm_head) if method == "draft" else (heads, target.lm_head)
+            drafter.draft_vocab = DraftVocab(head, draft_vocab)
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
         return self.loop(False, [prompt], sampling, [generator], max_new_tokens)
@@ -219,11 +224,11 @@ class Method:
 METHODS = {
     "ar": Method("plain autoregressive decoding", plain_loop, proposes="nothing"),
     "draft": Method("speculative decoding with a draft model (Leviathan et al. 2022)", draft_loop,
-                    ("k", "k_max", "draft"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain"),
+                    ("k", "k_max", "draft", "draft_vocab"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain"),
     "medusa": Method("Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)", medusa_loop,
-                     ("heads", "tree", "tree_nodes"), lambda d: len(d.tree) + 1),
+                     ("heads", "tree", "tree_nodes", "draft_vocab"), lambda d: len(d.tree) + 1),
     "eagle": Method("an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target "
-                    "pass", eagle_loop, ("tree", "tree_nodes", "eagle", "eagle_topk", "eagle_depth"),
+                    "pass", eagle_loop, ("tree", "tree_nodes", "eagle", "eagle_topk", "eagle_depth", "draft_vocab"),
                     lambda d: eagle_nodes(d) + 1),
     "lookup": Method("prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
                      lookup_loop, ("k", "max_ngram"), lambda d: d.k + 1, proposes="fixed tokens"),

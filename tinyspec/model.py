@@ -186,7 +186,12 @@ class GPT(nn.Module):
     def forward(self, idx, positions=None, cache=None, attn_mask=None):
         """Returns (logits (B, T, vocab), hidden (B, T, C)); arguments as in `hidden`."""
         h = self.hidden(idx, positions, cache, attn_mask)
-        return self.lm_head(h), h
+        return self.logits(h), h
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head; a model that drafts with a reduced vocabulary (`DraftVocab`) scores only it."""
+        vocab = getattr(self, "draft_vocab", None)
+        return self.lm_head(h) if vocab is None else vocab(h)
 
     def fingerprint(self) -> str:
         """A short hash of the token embedding: what was trained for one model (heads, a draft
@@ -276,3 +281,22 @@ def config_from_hf(hf: dict) -> GPTConfig:
     return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
                      n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
                      layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
+
+
+class DraftVocab:
+    """An LM head that scores only `ids`, the V' most frequent tokens of the corpus (FR-Spec, Zhao
+    et al. 2025; EAGLE-3's draft vocabulary): a drafter's LM-head product, often the largest it
+    computes, costs V'/V of the full one. Every other token gets logit -inf, so the drafter's q is
+    a distribution over V' tokens written over the whole vocabulary: the target still judges over
+    all V tokens, and every exact rule, which holds for any q, stays exact. (A plain object, not a
+    module: it keeps a gathered copy of the head's rows, never saved with the drafter.)"""
+
+    def __init__(self, lm_head: nn.Linear, ids: torch.Tensor):
+        self.vocab_size = lm_head.weight.shape[0]
+        self.ids = ids.to(lm_head.weight.device)
+        self.weight = lm_head.weight.detach()[self.ids].clone()  # (V', C): gathered once, not per call
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        out = h.new_full((*h.shape[:-1], self.vocab_size), float("-inf"))
+        out[..., self.ids] = h @ self.weight.T
+        return out

@@ -17,6 +17,9 @@ from contextlib import contextmanager
 
 import torch
 
+from .decoding import run
+from .sampling import Sampling
+
 
 @contextmanager
 def quiet_transformers():
@@ -108,3 +111,21 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
                         row["same_as_tinyspec"] = sum(a == b for a, b in zip(passes[0][0], greedy_ours))
                     rows.append(row)
         return rows
+
+
+def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
+    """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
+    speculative method over assisted generation (same temperature and category)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
+                              runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
+    peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
+                             ours, modes or MODES)
+    for peer in (p for p in peers if "error" not in p):
+        same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
+        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] != "hf-assisted")]
+        peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
+    return peers
