@@ -196,3 +196,12 @@ def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys,
     assert set(report["validation_loss"]) == {"val", "val-packages"} and report["validation_loss"]["val"] > 0
     assert set(report["tau"]) == {"ar", "draft:2", "lookup:4"} and report["tau"]["ar"] == {"code": 1, "docs": 1, "structured": 1}
     assert report["loops"]["code"][1] == 1 and "tau draft:2" in capsys.readouterr().out
+
+
+def test_profile_splits_every_row(files, capsys):
+    bench.main(["--quick", "--json", "--no-hf", "--methods", "ar,medusa:8", "--categories", "code", "--max-new-tokens",
+                "8", "--profile", "--model", str(files / "target.safetensors"), "--heads", str(files / "heads.safetensors")])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    for r in rows:
+        assert set(r["ledger"]) == {"target", "propose", "rule", "cache", "rest"}
+        assert sum(r["ledger"].values()) == pytest.approx(1, abs=0.01) and (r["ledger"]["propose"] > 0) == (r["method"] != "ar")

@@ -14,11 +14,24 @@ import json
 import sys
 from pathlib import Path
 
-from .benchmark import BATCH_LEGEND, LEGEND, build_parser, measure, measure_batches
+from .benchmark import build_parser, measure, measure_batches
 from .cli import check_output, run_main
 from .files import atomic_write_json
 from .kernels.bench import main as kernel_main
 from .report import main as report_main
+
+
+LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup = tok/s over ar's in the same "
+          "interleaved pass (median over passes); predicted = the analytic model's speedup from measured inputs "
+          "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
+          "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
+          "decoding's, token for token")
+
+
+BATCH_LEGEND = ("tau = tokens per row per target forward, correction/bonus included; tok/s = all rows' tokens over "
+                "the wall time of all batches; latency = mean seconds from a batch's start to a row's last token; "
+                "speedup = tok/s over ar's at the same batch size in the same round (median over rounds); same = "
+                "rows whose greedy output is ar's at the smallest batch size, token for token")
 
 
 def main(argv=None) -> None:

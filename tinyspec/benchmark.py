@@ -17,6 +17,7 @@ held-out accuracies over the measured cost of one tree step relative to one plai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import re
@@ -34,6 +35,7 @@ from .methods import (EAGLE_DEPTH, EAGLE_TOPK, Decoder, check_draft_free, check_
                       load_eagle, load_heads, use_attention)
 from .batch import run_batch
 from .decoding import run
+from .ledger import Ledger
 from .peer import compare_with_huggingface
 from .model import DraftVocab
 from .sampling import Sampling
@@ -92,6 +94,7 @@ class Runner:
         self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
         self.decoders = {}  # one per method, made on first use and reused for every prompt
         self.draft_vocab = None  # --draft-vocab: the token ids drafters propose from (default: all)
+        self.profile = False  # --profile: each pass's time split by ledger.Ledger
 
     def tree(self, nodes: int):
         if nodes not in self.trees:
@@ -130,14 +133,17 @@ class Runner:
 
     def run(self, spec, prompts, sampling) -> dict:
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
-        decoder = self.decoder(spec)
-        for i, prompt in enumerate(prompts):
-            generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
-            res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
-            for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
-                totals[key] += getattr(res, key)
-            totals["new_tokens"] += len(res.token_ids)
-            totals["outputs"].append(res.token_ids)
+        decoder, ledger = self.decoder(spec), Ledger(self.device)
+        with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
+            for i, prompt in enumerate(prompts):
+                generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
+                res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
+                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
+                    totals[key] += getattr(res, key)
+                totals["new_tokens"] += len(res.token_ids)
+                totals["outputs"].append(res.token_ids)
+        if self.profile:  # where the time went, as shares of the pass (ledger.py)
+            totals["ledger"] = {k: round(v / totals["wall_s"], 3) for k, v in ledger.split(totals["wall_s"]).items()}
         return totals
 
     def run_batches(self, spec, prompts, sampling, size: int) -> dict:
@@ -186,6 +192,8 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
     if first["proposed"]:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
+    if "ledger" in first:
+        row["ledger"] = first["ledger"]
     if name == "draft" and param.isdigit() and first["proposed"]:  # Leviathan's model is of the token-level rule
         alpha = first["accepted"] / max(1, first["accepted"] + first["rejections"])  # per evaluated proposal
         row["alpha"] = round(alpha, 4)
@@ -236,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
+                    "proposing, the rule, cache work and the rest (ledger.py; on CUDA it slows the pass)")
     ap.add_argument("--draft-vocab", type=int, metavar="N", help="draft, medusa and eagle rows propose only from the N "
                     "most frequent tokens of the corpus (model.DraftVocab; default: all)")
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
@@ -252,19 +262,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
     return ap
-
-
-LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup = tok/s over ar's in the same "
-          "interleaved pass (median over passes); predicted = the analytic model's speedup from measured inputs "
-          "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
-          "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
-          "decoding's, token for token")
-
-
-BATCH_LEGEND = ("tau = tokens per row per target forward, correction/bonus included; tok/s = all rows' tokens over "
-                "the wall time of all batches; latency = mean seconds from a batch's start to a row's last token; "
-                "speedup = tok/s over ar's at the same batch size in the same round (median over rounds); same = "
-                "rows whose greedy output is ar's at the smallest batch size, token for token")
 
 
 def read_prompt_rows(path: Path) -> list[dict]:
@@ -361,6 +358,7 @@ def prepare(args):
     eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
     runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle,
                     max_rows=max(sizes, default=1))
+    runner.profile = args.profile
     if args.draft_vocab is not None:
         runner.draft_vocab = load_draft_vocab(args.draft_vocab, target.config.vocab_size)
     for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_fre
                       check_tree_nodes, load_eagle, load_heads, use_attention)
 from .batch import run_batch
 from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
+from .ledger import Ledger
 from .medusa import MedusaHeads
 from .model import GPT
 from .sampling import Sampling
@@ -168,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cuda-graph", action="store_true", help="run each decoding step (--method ar) or tree "
                     "verification (--method medusa) as a captured CUDA graph: no Python or launch overhead per step")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
+    ap.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
+                    "proposing, the acceptance rule, cache work and the rest (ledger.py; stats ledger_s); slows CUDA")
     return ap
 
 
@@ -249,6 +253,8 @@ def summary(stats: dict) -> str:
     line += f"; target weights read at {stats['weights_GBps']:.1f} GB/s"
     if "of_copy_bandwidth" in stats:
         line += f", {stats['of_copy_bandwidth']:.0%} of this GPU's copy bandwidth"
+    if "ledger_s" in stats:
+        line += "; time: " + ", ".join(f"{part} {s / max(stats['wall_s'], 1e-9):.0%}" for part, s in stats["ledger_s"].items())
     return line
 
 
@@ -372,11 +378,14 @@ def generate(args) -> None:
         return
     for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
         generator = torch.Generator(device=device).manual_seed(args.seed + i)
-        steps = decoder.steps(ids, sampling, generator, args.max_new_tokens)
         printer = None if args.json else Printer(enc, colour=colour)
         if printer:
             print(heading(i, len(prompts)) + prompt, end="", flush=True)
-        report(prompt, run(steps, args.max_new_tokens, enc.eot_token, printer, device), printer, {}, i)
+        ledger = Ledger(device)
+        with ledger.watching(decoder) if args.profile else contextlib.nullcontext():
+            res = run(decoder.steps(ids, sampling, generator, args.max_new_tokens), args.max_new_tokens, enc.eot_token,
+                      printer, device)
+        report(prompt, res, printer, {"ledger_s": ledger.split(res.wall_s)} if args.profile else {}, i)
 
 if __name__ == "__main__":
     run_main(main)  # Ctrl-C while loading (during decoding `run` returns what it has), or a closed pipe
