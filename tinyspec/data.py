@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cli import ArgumentParser, die, examples, run_main
+from .cli import ArgumentParser, HelpFormatter, die, examples, run_main
 from .files import atomic_write_json, atomic_write_text
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -296,7 +296,7 @@ def write_prompts(path: Path) -> dict[str, int]:
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec.data", description="build the training corpus: the standard library "
                         "and the pinned packages' sources, downloaded once with pip, deduplicated, split by whole modules "
-                        "and tokenized; or regenerate the benchmark prompts", epilog=examples(
+                        "and tokenized; or regenerate the benchmark prompts", formatter_class=HelpFormatter, epilog=examples(
                             "python -m tinyspec.data                  # download, tokenize, print the data card",
                             "python -m tinyspec.data --stdlib-only    # the standard library alone (nothing downloaded)",
                             "python -m tinyspec.data prompts          # regenerate tinyspec/prompts.jsonl"))
