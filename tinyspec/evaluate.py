@@ -19,6 +19,7 @@ and compared between targets (the benchmark's tokens/s cannot).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,6 +52,10 @@ def build_parser():
     ap.prog, ap.description = "python -m tinyspec.evaluate", __doc__.split("\n\n")[0].split(": ", 1)[1]
     ap.epilog = "examples:\n" + "\n".join("  " + line.strip() for line in __doc__.split("\n\n")[1].splitlines())
     ap.set_defaults(methods=METHODS, temperatures="0", prompts_per_category=8, max_new_tokens=64, repeats=1, no_hf=True)
+    for action in ap._actions:  # the benchmark's timing and output flags mean nothing here: not shown
+        if action.dest in ("temperatures", "repeats", "quick", "plot", "batch_sizes", "batch_prompts", "json", "cuda_graph",
+                           "no_hf", "hf_modes", "profile", "threads", "dtype"):
+            action.help = argparse.SUPPRESS
     ap.add_argument("--data-dir", default="data", help="where the corpus's token files are (python -m tinyspec.data)")
     ap.add_argument("--stdlib-only", action="store_true", help="validation loss on the standard library alone "
                     "(nothing is downloaded)")
