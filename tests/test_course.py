@@ -48,7 +48,8 @@ def test_handout_fails_with_stubs_and_passes_with_solutions(tmp_path, capsys):
     captured = capsys.readouterr().out
     assert f"{total}/{total}" in captured and "kvcache" not in captured
     course.main(["list"])
-    assert f"sampling     walkthrough 4 Sampling: write sampling.py:probs; {total} tests" in capsys.readouterr().out
+    assert f"sampling     walkthrough 4 Sampling: write sampling.py:probs, sampling.py:sample; {total} tests" in \
+        capsys.readouterr().out
 
 
 def test_bad_course_commands(tmp_path, capsys):
