@@ -31,7 +31,7 @@ from tqdm import tqdm
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
                   ArgumentParser, HelpFormatter, check_tokenizer, die, examples, load_draft_vocab, load_encoding,
                   load_model, pick_device, pick_dtype, set_threads)
-from .methods import (EAGLE_DEPTH, EAGLE_TOPK, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
+from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
                       load_eagle, load_heads, use_attention)
 from .batch import run_batch
 from .decoding import run
@@ -56,18 +56,19 @@ EXAMPLES = [
 CATEGORIES = ("code", "docs", "structured")
 
 
+SIZE_PATTERNS = {"": "", "K": r"\d+", "K|auto": r"\d+|auto", "NODES": r"\d+", "W,N,G": r"\d+,\d+,\d+"}
+
+
 def parse_method(spec: str) -> tuple[str, str]:
-    """'ar', 'draft:K', 'draft:auto', 'medusa:NODES', 'eagle:NODES', 'lookup:K' or 'lookahead:W,N,G',
-    each optionally with '@RULE' (an acceptance rule of verify.py, e.g. draft:4@block,
+    """A method of `methods.METHODS` with its size as the registry names it ('ar', 'draft:K',
+    'draft:auto', 'medusa:NODES', 'eagle:NODES', 'lookup:K', 'lookahead:W,N,G', 'auto'), each
+    optionally with '@RULE' (an acceptance rule of verify.py, e.g. draft:4@block,
     medusa:16@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
     size, _, rule = param.partition("@")
-    ok = (name in ("ar", "auto") and not param) or (name == "draft" and (size == "auto" or size.isdigit())) \
-        or (name in ("medusa", "eagle", "lookup") and size.isdigit()) \
-        or (name == "lookahead" and re.fullmatch(r"\d+,\d+,\d+", size) is not None)
-    if not ok:
-        die(f"unknown method {spec!r}: use ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K, "
-            "lookahead:W,N,G (each optionally @RULE) or auto (with --batch-sizes)")
+    if name not in METHODS or not re.fullmatch(SIZE_PATTERNS[METHODS[name].size], size) or (param and not size and not rule):
+        forms = ", ".join(f"{n}:{m.size}" if m.size else n for n, m in METHODS.items())
+        die(f"unknown method {spec!r}: use {forms} (each optionally @RULE; auto with --batch-sizes)")
     problem = check_rule(name, rule) if rule else None
     if rule and rule not in RULES:
         problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"

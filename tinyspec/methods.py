@@ -214,6 +214,7 @@ class Method:
     room: Callable[[Decoder], int] = lambda d: 0
     proposes: str = "a tree"  # "nothing", "a sampled chain", "a tree" or "fixed tokens": the rules it takes
     batched_only: bool = False
+    size: str = ""  # how the benchmark names its size: "K", "K|auto", "NODES", "W,N,G" (draft:4, lookahead:3,3,2)
 
     @property
     def sampled_rule(self) -> str:
@@ -224,17 +225,18 @@ class Method:
 METHODS = {
     "ar": Method("plain autoregressive decoding", plain_loop, proposes="nothing"),
     "draft": Method("speculative decoding with a draft model (Leviathan et al. 2022)", draft_loop,
-                    ("k", "k_max", "draft", "draft_vocab"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain"),
+                    ("k", "k_max", "draft", "draft_vocab"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain",
+                    size="K|auto"),
     "medusa": Method("Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)", medusa_loop,
-                     ("heads", "tree", "tree_nodes", "draft_vocab"), lambda d: len(d.tree) + 1),
+                     ("heads", "tree", "tree_nodes", "draft_vocab"), lambda d: len(d.tree) + 1, size="NODES"),
     "eagle": Method("an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target "
                     "pass", eagle_loop, ("tree", "tree_nodes", "eagle", "eagle_topk", "eagle_depth", "draft_vocab"),
-                    lambda d: eagle_nodes(d) + 1),
+                    lambda d: eagle_nodes(d) + 1, size="NODES"),
     "lookup": Method("prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
-                     lookup_loop, ("k", "max_ngram"), lambda d: d.k + 1, proposes="fixed tokens"),
+                     lookup_loop, ("k", "max_ngram"), lambda d: d.k + 1, proposes="fixed tokens", size="K"),
     "lookahead": Method("n-grams from the target's own Jacobi iterations, made and verified in the same pass",
                         lookahead_loop, ("window", "ngram", "guesses"),
-                        lambda d: (d.window + d.guesses) * (d.ngram - 1), proposes="fixed tokens"),
+                        lambda d: (d.window + d.guesses) * (d.ngram - 1), proposes="fixed tokens", size="W,N,G"),
     "auto": Method("Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
                    "does not (measures forward costs first, a few seconds; batched, see --batch-size)", medusa_loop,
                    ("heads",), lambda d: d.policy.largest + 1, batched_only=True),
