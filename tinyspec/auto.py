@@ -9,6 +9,7 @@ the measured costs and what the text at hand accepts, whether to verify a tree o
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Callable
 
@@ -88,6 +89,7 @@ class BatchPolicy:
         self.accepted = self.promised = prior  # a = 1: the held-out accuracies hold
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
         self.extra: dict[tuple[int, int], float] = {}  # (tree size, rows) -> running seconds beyond F and H
+        self.started: float | None = None  # when the step now running was chosen
 
     def seconds(self, size: int, rows: int) -> float:
         """What a step costs: the measured forward (and heads), plus the running extra that whole
@@ -106,6 +108,7 @@ class BatchPolicy:
         return max([0, *self.trees], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
 
     def choose(self, rows: int) -> Tree | None:
+        self.started = time.perf_counter()  # the step starts with its choice; `update` ends it
         best = self.best(rows, self.accepted / self.promised)
         if best:
             self.plain_steps, self.wait = 0, self.probe_every
@@ -122,7 +125,8 @@ class BatchPolicy:
     def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None,
                seconds: float | None = None) -> None:
         """accepted: tokens each row that verified `tree` accepted in this step; seconds: the whole
-        step's wall time at `rows` rows, if timed. A step is more than its forward: proposing,
+        step's wall time at `rows` rows (given rows and no seconds, the time since `choose`: the
+        loop only reports what happened, the policy keeps its own clock). A step is more than its forward: proposing,
         judging each row, compacting its cache. Those costs grow with the tree and the rows, not
         with the forward, so they weigh most where the forward is cheap (a small model on a CPU);
         F alone would make trees look cheaper than they are. The running extra of each shape
@@ -130,6 +134,8 @@ class BatchPolicy:
         per shape, not per row: part of it is per step, and spread over rows, a plain step's extra
         at one row would make plain steps of sixteen look dear, and plain steps no longer chosen
         are never timed again to correct it."""
+        if seconds is None and rows is not None and self.started is not None:
+            seconds = time.perf_counter() - self.started
         if seconds is not None:
             size = 0 if tree is None else len(tree)
             shape, extra = (size, rows), seconds - self.forward(size, rows)

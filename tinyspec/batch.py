@@ -55,8 +55,7 @@ class TreeChooser(Protocol):
 
     def choose(self, rows: int) -> Tree | None: ...  # the tree for this step, None for a plain step
 
-    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None,
-               seconds: float | None = None) -> None: ...  # what the step accepted, and took
+    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None) -> None: ...  # what it accepted
 
 
 Produced = dict[int, Step]  # what one batched forward gave each row that took part, by row id
@@ -304,7 +303,6 @@ def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], samp
     done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
     rows = leave(rows, done, [cache], max_len)
     while rows:
-        start = time.perf_counter()
         step_tree = policy.choose(len(rows)) if policy else tree  # None: a plain step for every row
         proposals = [None] * len(rows)
         if step_tree is not None:
@@ -317,9 +315,9 @@ def medusa_batch(target: GPT, heads: MedusaHeads, prompts: list[list[int]], samp
         produced = {}
         for r, (step, hidden) in zip(rows, verify_rows(target, cache, rows, proposals, accept, sampling)):  # 2-4.
             r.h, produced[r.id] = hidden[-1], step
-        if policy:
+        if policy:  # it times the step itself, from its choice to now (the tokens are on the host: the step is done)
             policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], step_tree,
-                          len(rows), time.perf_counter() - start)  # the tokens are on the host by now: the step is done
+                          len(rows))
         done = yield produced
         rows = leave(rows, done, [cache], max_len)
 
