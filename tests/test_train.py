@@ -212,3 +212,19 @@ def test_a_package_pip_cannot_fetch_is_left_out_in_one_line(tmp_path, monkeypatc
     assert data.download(tmp_path) == {"rich": tmp_path / "rich-13.9.4-py3-none-any.whl"}
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "click==8.1.7: not downloaded (ERROR: no network)" in err
+
+
+def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path, monkeypatch):
+    assert not set(data.HELD_OUT_PACKAGES) & set(data.PACKAGES)  # held out of every corpus
+    doc = '    """' + "A long docstring line.\n    " * 8 + '"""\n'
+    module = f"def f(x):\n{doc}    return x\n\n\nTABLE = {{\n" + "".join(f"    'a_longer_key_{i}': {i},\n" for i in range(8)) + "}\n"
+    wheels = {name: fake_wheel(tmp_path / f"{name}.whl", {f"{name}/a.py": module, f"{name}/b.py": module.replace("f(", "g(")})
+              for name in ("p1", "p2")}
+    monkeypatch.setattr(data, "HELD_OUT_PACKAGES", {"p1": ("1", "MIT"), "p2": ("2", "BSD-3-Clause")})
+    monkeypatch.setattr(data, "download", lambda where, packages: wheels)
+    counts = data.write_third_party_prompts(tmp_path / "p.jsonl", tmp_path, per_category=3)
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert counts == {"code": 3, "docs": 3, "structured": 3} and len(rows) == 9
+    code = [r for r in rows if r["category"] == "code"]
+    assert [r["source"].split("/")[0] for r in code] == ["p1", "p2", "p1"]  # in turn
+    assert {r["licence"] for r in rows} == {"MIT", "BSD-3-Clause"}

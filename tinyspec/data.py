@@ -88,12 +88,18 @@ PACKAGES = {
 }
 
 
-def download(wheels: Path) -> dict[str, Path]:
+# Packages in no corpus: their modules give benchmark prompts of third-party code that no model has
+# read (`python -m tinyspec.data third-party-prompts` -> tinyspec/prompts_third_party.jsonl).
+HELD_OUT_PACKAGES = {"more-itertools": ("10.5.0", "MIT"), "toolz": ("1.0.0", "BSD-3-Clause"),
+                     "boltons": ("24.1.0", "BSD-3-Clause"), "packaging": ("24.2", "Apache-2.0 OR BSD-2-Clause")}
+
+
+def download(wheels: Path, packages: dict = PACKAGES) -> dict[str, Path]:
     """Each pinned package's wheel, downloaded once into `wheels` by pip (no dependencies: the
     package's own source is all we read); name -> wheel file. A package pip cannot fetch (no
     network, no index) is left out with one line saying so; the standard library needs nothing."""
     found = {}
-    for name, (version, _) in PACKAGES.items():
+    for name, (version, _) in packages.items():
         have = wheel_of(wheels, name, version)
         if have is None:
             errors = pip_download(f"{name}=={version}", wheels)
@@ -251,16 +257,16 @@ class TokenFile:
         return rows[:, :-1], rows[:, 1:]
 
 
-def held_out_prompts(paths, per_module: int = 2) -> list[dict]:
+def held_out_prompts(modules: list[tuple[str, str]], per_module: int = 2) -> list[dict]:
     """Benchmark prompts from held-out modules, in three categories (Spec-Bench style):
 
     - code: a function's `def` line through its docstring; the model writes the body;
     - docs: the first line(s) of a long docstring; the model continues the prose;
     - structured: the first lines of a multi-line literal (dict, list, tuple, set); the model
       continues the table.
-    At most `per_module` prompts per category and module, in file order."""
+    modules: (source path, text). At most `per_module` prompts per category and module, in file order."""
     rows = []
-    for path, text in zip(paths, read_texts_of(paths)):
+    for path, text in modules:
         try:
             tree = ast.parse(text)
         except SyntaxError:  # some stdlib test data is deliberately invalid
@@ -269,7 +275,7 @@ def held_out_prompts(paths, per_module: int = 2) -> list[dict]:
 
         def add(category, prompt):
             if taken[category] < per_module and 40 <= len(prompt) <= 600:
-                rows.append({"category": category, "source": path.relative_to(STDLIB).as_posix(), "prompt": prompt})
+                rows.append({"category": category, "source": path, "prompt": prompt})
                 taken[category] += 1
 
         for node in ast.walk(tree):
@@ -288,7 +294,23 @@ def held_out_prompts(paths, per_module: int = 2) -> list[dict]:
 
 def write_prompts(path: Path) -> dict[str, int]:
     """Write the held-out benchmark prompts as JSONL ({"category", "source", "prompt"})."""
-    rows = held_out_prompts(stdlib_modules("bench"))
+    paths = stdlib_modules("bench")
+    rows = held_out_prompts([(p.relative_to(STDLIB).as_posix(), t) for p, t in zip(paths, read_texts_of(paths)) if t])
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    return {c: sum(r["category"] == c for r in rows) for c in ("code", "docs", "structured")}
+
+
+def write_third_party_prompts(path: Path, wheels: Path, per_category: int = 16) -> dict[str, int]:
+    """Benchmark prompts from `HELD_OUT_PACKAGES` (whole packages, none in any corpus): the first
+    `per_category` of each category, taken in turn from each package, with source and licence."""
+    by_package = []
+    for name, wheel in download(wheels, HELD_OUT_PACKAGES).items():
+        rows = held_out_prompts(package_modules(name, wheel), per_module=1)
+        by_package.append([dict(r, licence=HELD_OUT_PACKAGES[name][1]) for r in rows])
+    rows = []
+    for category in ("code", "docs", "structured"):
+        each = [[r for r in package if r["category"] == category] for package in by_package]
+        rows += [r for group in zip(*each) for r in group][:per_category]  # in turn, so no package dominates
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
     return {c: sum(r["category"] == c for r in rows) for c in ("code", "docs", "structured")}
 
@@ -299,8 +321,11 @@ def build_parser() -> ArgumentParser:
                         "and tokenized; or regenerate the benchmark prompts", formatter_class=HelpFormatter, epilog=examples(
                             "python -m tinyspec.data                  # download, tokenize, print the data card",
                             "python -m tinyspec.data --stdlib-only    # the standard library alone (nothing downloaded)",
-                            "python -m tinyspec.data prompts          # regenerate tinyspec/prompts.jsonl"))
-    ap.add_argument("what", nargs="?", choices=["corpus", "prompts"], default="corpus", help="what to build")
+                            "python -m tinyspec.data prompts          # regenerate tinyspec/prompts.jsonl",
+                            "python -m tinyspec.data third-party-prompts   # prompts of code no model has read"))
+    ap.add_argument("what", nargs="?", choices=["corpus", "prompts", "third-party-prompts"], default="corpus",
+                    help="what to build: the corpus, the standard library's benchmark prompts, or prompts of held-out "
+                    "third-party packages (HELD_OUT_PACKAGES, downloaded with pip)")
     ap.add_argument("--data-dir", default="data", help="where the wheels and token files are kept")
     ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parent.parent / "weights" / "tokenizer.tiktoken"),
                     help="tiktoken ranks file the tokens are made with")
@@ -310,6 +335,11 @@ def build_parser() -> ArgumentParser:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    if args.what == "third-party-prompts":
+        out = Path(__file__).resolve().parent / "prompts_third_party.jsonl"
+        counts = write_third_party_prompts(out, Path(args.data_dir) / "wheels")
+        print(f"{counts} prompts from {', '.join(HELD_OUT_PACKAGES)} -> {out}")
+        return
     if args.what == "prompts":
         out = Path(__file__).resolve().parent / "prompts.jsonl"
         print(f"{write_prompts(out)} prompts from {len(stdlib_modules('bench'))} held-out modules -> {out}")
