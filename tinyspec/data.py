@@ -94,12 +94,12 @@ HELD_OUT_PACKAGES = {"more-itertools": ("10.5.0", "MIT"), "toolz": ("1.0.0", "BS
                      "boltons": ("24.1.0", "BSD-3-Clause"), "packaging": ("24.2", "Apache-2.0 OR BSD-2-Clause")}
 
 
-def download(wheels: Path, packages: dict = PACKAGES) -> dict[str, Path]:
+def download(wheels: Path, packages: dict | None = None) -> dict[str, Path]:
     """Each pinned package's wheel, downloaded once into `wheels` by pip (no dependencies: the
     package's own source is all we read); name -> wheel file. A package pip cannot fetch (no
     network, no index) is left out with one line saying so; the standard library needs nothing."""
     found = {}
-    for name, (version, _) in packages.items():
+    for name, (version, _) in (PACKAGES if packages is None else packages).items():
         have = wheel_of(wheels, name, version)
         if have is None:
             errors = pip_download(f"{name}=={version}", wheels)
