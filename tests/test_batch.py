@@ -9,11 +9,10 @@ import random
 import pytest
 import torch
 
-from tinyspec import auto, batch, bench, generate
-from tinyspec.batch import run_batch
-from tinyspec.decoding import autoregressive, run
+from tinyspec import auto, bench, generate
+from tinyspec.decoding import autoregressive, feed, run, run_batch
 from tinyspec.eagle import eagle
-from tinyspec.kvcache import BatchKVCache, KVCache
+from tinyspec.kvcache import KVCache
 from tinyspec.lookahead import NgramPool, lookahead
 from tinyspec.lookup import lookup
 from tinyspec.medusa import medusa
@@ -33,7 +32,7 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 # ---- the cache and the forward ----------------------------------------------------------------
 
 def test_mask_is_the_docstring_example():
-    cache = BatchKVCache(1, 1, 1, 8, 2)
+    cache = KVCache(1, 1, 1, 8, 2)
     cache.lengths = [3, 5]
     mask = cache.mask(causal_mask(2))
     assert mask.shape == (2, 2, 7)
@@ -48,18 +47,18 @@ def test_rows_of_different_lengths_equal_their_own_single_caches():
     model = random_gpt(scale=3.0)
     rng = random.Random(0)
     texts = [[rng.randrange(64) for _ in range(n)] for n in (5, 11, 2)]
-    cache = BatchKVCache.for_model(model, 64, 3)
+    cache = KVCache.for_model(model, 64, 3)
     with torch.no_grad():
-        h = batch.feed(model, cache, [torch.tensor(t) for t in texts])
+        h = feed(model, cache, [torch.tensor(t) for t in texts])
         for b, t in enumerate(texts):
             torch.testing.assert_close(h[b], model.hidden(torch.tensor([t]))[0], **TOL)
         # row 0: 3 more tokens, of which 1 is kept; row 1: a tree [a, b (child of a), c (child of root)], path a, b
         # kept; row 2: one token
         tree = Tree((-1, 0, -1))
         feeds = [torch.tensor([40, 41, 42]), torch.tensor([7, 50, 51, 52]), torch.tensor([60])]
-        batch.feed(model, cache, feeds, [None, tree.tree_mask, None], [None, tree.depth, None])
-        cache.truncate(0, 6)
-        cache.keep(1, [11, 12, 13])
+        feed(model, cache, feeds, [None, tree.tree_mask, None], [None, tree.depth, None])
+        cache.truncate(6, 0)
+        cache.keep([11, 12, 13], 1)
     expected = [texts[0] + [40], texts[1] + [7, 50, 51], texts[2] + [60]]
     assert cache.lengths == [len(t) for t in expected]
     for b, t in enumerate(expected):
@@ -92,14 +91,14 @@ def test_a_per_row_mask_is_the_same_forward_as_a_shared_one():
 
 
 def test_cache_refuses_bad_rows_and_slots():
-    cache = BatchKVCache(1, 1, 2, 16, 3)
+    cache = KVCache(1, 1, 2, 16, 3)
     cache.advance(5)
-    for bad in (lambda: cache.keep(0, [3, 2]), lambda: cache.keep(1, [5]), lambda: cache.truncate(2, 6),
+    for bad in (lambda: cache.keep([3, 2], 0), lambda: cache.keep([5], 1), lambda: cache.truncate(6, 2),
                 lambda: cache.select([2, 0]), lambda: cache.select([0, 3]), lambda: cache.reset(4)):
         with pytest.raises(ValueError):
             bad()
     with torch.no_grad(), pytest.raises(ValueError, match="full"):
-        random_gpt()(torch.zeros(1, 17, dtype=torch.long), cache=BatchKVCache.for_model(random_gpt(), 16, 1),
+        random_gpt()(torch.zeros(1, 17, dtype=torch.long), cache=KVCache.for_model(random_gpt(), 16, 1),
                      positions=torch.arange(17)[None], attn_mask=causal_mask(17)[None])
 
 
@@ -116,23 +115,23 @@ def models(counting_gpt):
 
 def methods(m, temperature: float):
     """name -> (batch-1 loop, batched loop), functions of (prompt(s), sampling, generator(s)); the
-    batched one also takes the target's BatchKVCache (default: its own)."""
+    batched one also takes the target's KVCache (default: its own)."""
     tree_rule = "greedy" if temperature == 0 else "lossless"
     fixed_rule = "greedy" if temperature == 0 else "pointmass"
     t = m["target"]
     return {
-        "ar": (lambda p, s, g: autoregressive(t, p, s, g, 64),
-               lambda ps, s, gs, c=None: batch.autoregressive_batch(t, ps, s, gs, 64, c)),
-        "draft": (lambda p, s, g: speculative(t, m["draft"], p, s, g, 64, 3),
-                  lambda ps, s, gs, c=None: batch.speculative_batch(t, m["draft"], ps, s, gs, 64, 3, c and (c, None))),
-        "medusa": (lambda p, s, g: medusa(t, m["heads"], p, s, g, 64, m["tree"], tree_rule),
-                   lambda ps, s, gs, c=None: batch.medusa_batch(t, m["heads"], ps, s, gs, 64, m["tree"], tree_rule, c)),
-        "lookup": (lambda p, s, g: lookup(t, p, s, g, 64, 4, 3, fixed_rule),
-                   lambda ps, s, gs, c=None: batch.lookup_batch(t, ps, s, gs, 64, 4, 3, fixed_rule, c)),
-        "eagle": (lambda p, s, g: eagle(t, m["eagle"], p, s, g, 64, tree_rule, 2, 3, 6),
-                  lambda ps, s, gs, c=None: batch.eagle_batch(t, m["eagle"], ps, s, gs, 64, tree_rule, 2, 3, 6, cache=c)),
-        "lookahead": (lambda p, s, g: lookahead(t, p, s, g, 64, 3, 3, 2, fixed_rule),
-                      lambda ps, s, gs, c=None: batch.lookahead_batch(t, ps, s, gs, 64, 3, 3, 2, fixed_rule, c)),
+        "ar": (lambda p, s, g: autoregressive(t, [p], s, [g], 64),
+               lambda ps, s, gs, c=None: autoregressive(t, ps, s, gs, 64, c)),
+        "draft": (lambda p, s, g: speculative(t, m["draft"], [p], s, [g], 64, 3),
+                  lambda ps, s, gs, c=None: speculative(t, m["draft"], ps, s, gs, 64, 3, c and (c, None))),
+        "medusa": (lambda p, s, g: medusa(t, m["heads"], [p], s, [g], 64, m["tree"], tree_rule),
+                   lambda ps, s, gs, c=None: medusa(t, m["heads"], ps, s, gs, 64, m["tree"], tree_rule, c)),
+        "lookup": (lambda p, s, g: lookup(t, [p], s, [g], 64, 4, 3, fixed_rule),
+                   lambda ps, s, gs, c=None: lookup(t, ps, s, gs, 64, 4, 3, fixed_rule, c)),
+        "eagle": (lambda p, s, g: eagle(t, m["eagle"], [p], s, [g], 64, tree_rule, 2, 3, 6),
+                  lambda ps, s, gs, c=None: eagle(t, m["eagle"], ps, s, gs, 64, tree_rule, 2, 3, 6, cache=c)),
+        "lookahead": (lambda p, s, g: lookahead(t, [p], s, [g], 64, 3, 3, 2, fixed_rule),
+                      lambda ps, s, gs, c=None: lookahead(t, ps, s, gs, 64, 3, 3, 2, fixed_rule, c)),
     }
 
 
@@ -156,7 +155,7 @@ def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
     uneven = False  # some batch's rows accepted different numbers of proposals: they advanced unevenly
     for B in range(1, 9):
         prompts = mixed_prompts(B, seed=B)
-        plain = [run(autoregressive(models["target"], p, Sampling(0.0), None, 64), 40) for p in prompts]
+        plain = [run(autoregressive(models["target"], [p], Sampling(0.0), [None], 64), 40) for p in prompts]
         rows = run_batch(batched(prompts, Sampling(0.0), [None] * B), B, 40)
         for b, (row, alone) in enumerate(zip(rows, plain)):
             assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
@@ -185,7 +184,7 @@ def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
     """After 8 steps, row b of the cache holds exactly what plain decoding of row b's text builds."""
     t = models["target"]
     prompts = mixed_prompts(5, seed=20)
-    cache = BatchKVCache.for_model(t, 64 + 32, 5)
+    cache = KVCache.for_model(t, 64 + 32, 5)
     loop = methods(models, temperature)[name][1]
     steps = loop(prompts, Sampling(temperature), [torch.Generator().manual_seed(i) for i in range(5)], cache)
     texts = [list(p) for p in prompts]
@@ -211,7 +210,7 @@ def stop_token_for_some_rows(target, prompts, n):
     """A stop token that some rows' plain continuations (n tokens) hold and others do not, picked
     from what this machine's model writes: which tokens a random model writes depends on float
     details of the CPU, so no fixed token can be relied on to end some rows and not others."""
-    texts = [set(run(autoregressive(target, p, Sampling(0.0), None, 64), n).token_ids) for p in prompts]
+    texts = [set(run(autoregressive(target, [p], Sampling(0.0), [None], 64), n).token_ids) for p in prompts]
     candidates = sorted(set.union(*texts) - set.intersection(*texts), key=lambda x: -sum(x in t for t in texts))
     assert candidates, "every row wrote the same tokens: no stop token ends some rows only"
     return candidates[0]
@@ -224,12 +223,12 @@ def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
     forward computes for the others alone (the cache has fewer rows)."""
     t, prompts = models["target"], [p[:12] for p in mixed_prompts(6, seed=30)]  # room for 30 tokens each
     stop = stop_token_for_some_rows(t, prompts, 30)
-    plain = [run(autoregressive(t, p, Sampling(0.0), None, 64), 30, stop_id=stop) for p in prompts]
+    plain = [run(autoregressive(t, [p], Sampling(0.0), [None], 64), 30, stop_id=stop) for p in prompts]
     rows = run_batch(methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=stop)
     assert [r.token_ids for r in rows] == [r.token_ids for r in plain]
     assert [r.stop_reason for r in rows] == [r.stop_reason for r in plain]
     assert {r.stop_reason for r in rows} == {"eot", "length"}
-    cache = BatchKVCache.for_model(t, 64 + 32, 6)
+    cache = KVCache.for_model(t, 64 + 32, 6)
     steps = methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6, cache)
     assert sorted(next(steps)) == list(range(6))
     produced = steps.send([1, 4])
@@ -283,14 +282,14 @@ def assert_caught(tiny, steps_for, n_samples=3000):
 def tiny_loop(tiny, name):
     t, s = tiny["target"], SAMPLING
     return {
-        "ar": lambda ps, gs: batch.autoregressive_batch(t, ps, s, gs, 32),
-        "draft": lambda ps, gs: batch.speculative_batch(t, tiny["draft"], ps, s, gs, 32, 2),
-        "medusa": lambda ps, gs: batch.medusa_batch(t, tiny["heads"], ps, s, gs, 32, Tree((-1, -1, 0, 1)), "lossless"),
-        "medusa-pointmass": lambda ps, gs: batch.medusa_batch(t, tiny["heads"], ps, s, gs, 32,
+        "ar": lambda ps, gs: autoregressive(t, ps, s, gs, 32),
+        "draft": lambda ps, gs: speculative(t, tiny["draft"], ps, s, gs, 32, 2),
+        "medusa": lambda ps, gs: medusa(t, tiny["heads"], ps, s, gs, 32, Tree((-1, -1, 0, 1)), "lossless"),
+        "medusa-pointmass": lambda ps, gs: medusa(t, tiny["heads"], ps, s, gs, 32,
                                                               Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)), "pointmass"),
-        "lookup": lambda ps, gs: batch.lookup_batch(t, ps, s, gs, 32, 3, 2, "pointmass"),
-        "eagle": lambda ps, gs: batch.eagle_batch(t, tiny["eagle"], ps, s, gs, 32, "lossless", 2, 2, 4),
-        "lookahead": lambda ps, gs: batch.lookahead_batch(t, ps, s, gs, 32, 3, 3, 3, "pointmass",
+        "lookup": lambda ps, gs: lookup(t, ps, s, gs, 32, 3, 2, "pointmass"),
+        "eagle": lambda ps, gs: eagle(t, tiny["eagle"], ps, s, gs, 32, "lossless", 2, 2, 4),
+        "lookahead": lambda ps, gs: lookahead(t, ps, s, gs, 32, 3, 3, 3, "pointmass",
                                                           pools=copies(tiny["pools"])),
     }[name]
 
@@ -415,8 +414,8 @@ def test_greedy_auto_equals_plain_decoding_whatever_the_policy_chooses(counting_
     heads = accuracy_heads()
     policy = Coin(counting_gpt, heads, costs=costs(16))
     prompts = mixed_prompts(6, seed=40)
-    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 40).token_ids for p in prompts]
-    rows = run_batch(batch.medusa_batch(counting_gpt, heads, prompts, Sampling(0.0), [None] * 6, 64, policy), 6, 40)
+    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 40).token_ids for p in prompts]
+    rows = run_batch(medusa(counting_gpt, heads, prompts, Sampling(0.0), [None] * 6, 64, policy), 6, 40)
     assert [r.token_ids for r in rows] == plain
     assert 0 < sum(r.proposed > 0 for r in rows)
 
@@ -426,8 +425,8 @@ def test_measured_policy_runs(counting_gpt):
     policy = auto.BatchPolicy(counting_gpt, heads, max_rows=3)
     assert policy.F(3, 1) > 0 and policy.H(2) > 0
     prompts = mixed_prompts(3, seed=41)
-    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 30).token_ids for p in prompts]
-    rows = run_batch(batch.medusa_batch(counting_gpt, heads, prompts, Sampling(0.0), [None] * 3, 64, policy), 3, 30)
+    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 30).token_ids for p in prompts]
+    rows = run_batch(medusa(counting_gpt, heads, prompts, Sampling(0.0), [None] * 3, 64, policy), 3, 30)
     assert [r.token_ids for r in rows] == plain
 
 

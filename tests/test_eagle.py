@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tinyspec import benchmark, generate
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.eagle import EagleHead, eagle, grow_sampled_tree, grow_tree
 from tinyspec.kvcache import KVCache
@@ -213,8 +213,8 @@ def test_greedy_eagle_equals_plain_decoding(counting_gpt, trained_head):
     for head in (trained_head, random_head(counting_gpt, 1, scale=3.0)):
         for setting in SETTINGS:
             for prompt in prompts:
-                plain = run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 32).token_ids
-                res = run(eagle(counting_gpt, head, prompt, Sampling(0.0), None, 64, **setting), 32)
+                plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 32).token_ids
+                res = run(eagle(counting_gpt, head, [prompt], Sampling(0.0), [None], 64, **setting), 32)
                 assert res.token_ids == plain, f"{setting}, prompt {prompt}"
                 accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 200 and rejected > 20  # long accepted paths and corrections both happened
@@ -227,19 +227,19 @@ def test_greedy_eagle_equals_plain_decoding_on_random_models():
         head = random_head(target, seed + 10, scale=2.0)
         for setting in SETTINGS[1:4]:
             prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-            plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 60)
-            res = run(eagle(target, head, prompt, Sampling(0.0), None, 96, **setting), 60)
+            plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 60)
+            res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, **setting), 60)
             assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason, f"seed {seed}, {setting}"
     prompt = [rng.randrange(64) for _ in range(70)]  # to the end of the context, with a tree wider than its budget
-    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 60)
-    res = run(eagle(target, head, prompt, Sampling(0.0), None, 96, k=6, depth=6, nodes=8), 60)
+    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 60)
+    res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, k=6, depth=6, nodes=8), 60)
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
 def test_trained_head_makes_eagle_take_fewer_target_passes(counting_gpt, trained_head):
     prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
-    res = run(eagle(counting_gpt, trained_head, prompt, Sampling(0.0), None, 64), 40)
-    assert res.token_ids == run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 40).token_ids
+    res = run(eagle(counting_gpt, trained_head, [prompt], Sampling(0.0), [None], 64), 40)
+    assert res.token_ids == run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
     assert len(res.token_ids) / res.target_steps > 3.0  # tau, tokens per target forward
 
 
@@ -257,8 +257,8 @@ def plain_caches(target, head, seq, n):
 def test_caches_after_eagle_steps_equal_plain_decoding(counting_gpt, trained_head, rule, temperature, setting):
     cache, head_cache = KVCache.for_model(counting_gpt, 64), trained_head.new_cache(96)
     prompt = [3, 5, 7, 9]
-    steps = eagle(counting_gpt, trained_head, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 64, rule,
-                  cache=cache, head_cache=head_cache, **setting)
+    steps = one_row(eagle(counting_gpt, trained_head, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 64, rule,
+                  cache=cache, head_cache=head_cache, **setting))
     seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
     n = cache.length
     assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet
@@ -293,7 +293,7 @@ def three_token_counts(target, head, rule, n, patch=None, **setting):
     setattr(eagle_module, name, fn)
     try:
         for seed in range(n):
-            res = run(eagle(target, head, PROMPT, SAMPLING, torch.Generator().manual_seed(seed), 16, rule, **setting), 3)
+            res = run(eagle(target, head, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, rule, **setting), 3)
             out = res.token_ids
             counts[(out[0] * V + out[1]) * V + out[2]] += 1
             from_tree += res.proposed > 0

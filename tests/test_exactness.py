@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from tinyspec import auto, generate, methods
-from tinyspec.batch import run_batch
 from tinyspec.methods import Decoder, check_rule
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, run, run_batch
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
@@ -116,7 +115,7 @@ def test_every_combination_at_t0_is_plain_greedy_decoding(counting_gpt, method, 
              eagle=random_head(counting_gpt, 1, 3.0))
     d = decoder(m, method, rule)
     prompts = mixed_prompts(4, seed=3)
-    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 24).token_ids for p in prompts]
+    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 24).token_ids for p in prompts]
     rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4, 24), 4, 24)
     assert [r.token_ids for r in rows] == plain
     if method != "auto":
@@ -152,7 +151,7 @@ def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_ou
     from test_speculative import perturbed
     draft, subset = perturbed(counting_gpt, 0.5, 1), torch.arange(0, 32, 2)  # the even tokens only
     prompts = mixed_prompts(4, seed=3)
-    plain = [run(autoregressive(counting_gpt, p, Sampling(0.0), None, 64), 24).token_ids for p in prompts]
+    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 24).token_ids for p in prompts]
     d = Decoder(counting_gpt, "draft", draft, 3, draft_vocab=subset)
     for p, expected in zip(prompts, plain):
         res = run(d.steps(p, Sampling(0.0), None, 24), 24)
@@ -165,11 +164,11 @@ def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_ou
 def test_proposals_from_the_reduced_vocabulary_judged_with_the_full_q_are_caught(fresh, monkeypatch):
     """A planted bug: q renormalised wrongly. The draft samples from its distribution restricted to
     SUBSET and renormalised, but the rule is handed the full-vocabulary q it came from."""
-    import tinyspec.batch as batch_module
-    real = batch_module.sample_rows
+    import tinyspec.speculative as speculative_module
+    real = speculative_module.sample_rows
     keep = torch.zeros(V, dtype=torch.bool)
     keep[SUBSET] = True
-    monkeypatch.setattr(batch_module, "sample_rows", lambda p, rows, s: real(p * keep if p.shape[-1] == V else p, rows, s))
+    monkeypatch.setattr(speculative_module, "sample_rows", lambda p, rows, s: real(p * keep if p.shape[-1] == V else p, rows, s))
     counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 768)
     stats = [chi_square(c, exact) for c, exact in zip(counts, fresh["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"the planted bug went unnoticed: {stats}"

@@ -58,10 +58,10 @@ def test_fixed_decoding_writes_the_same_tokens(temperature):
             def tokens(fixed):
                 g = torch.Generator().manual_seed(5)
                 if method is medusa:
-                    steps = medusa(model, heads, prompt, sampling, g, 60, tree, "greedy" if temperature == 0 else "lossless",
+                    steps = medusa(model, heads, [prompt], sampling, [g], 60, tree, "greedy" if temperature == 0 else "lossless",
                                    cache if fixed else None, verify if fixed else None)
                 else:
-                    steps = autoregressive(model, prompt, sampling, g, 50, cache if fixed else None, plain if fixed else None)
+                    steps = autoregressive(model, [prompt], sampling, [g], 50, cache if fixed else None, plain if fixed else None)
                 return run(steps, 30).token_ids
             assert tokens(True) == tokens(False), f"{method.__name__}, prompt of {len(prompt)}"
 

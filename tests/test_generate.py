@@ -36,19 +36,19 @@ def naive_greedy(model, prompt, n):
 def test_greedy_with_cache_equals_recomputing_everything():
     model = random_gpt(scale=4.0)
     for prompt in ([1], [5, 9, 2, 33], list(range(20))):
-        res = run(autoregressive(model, prompt, Sampling(0.0), None, max_len=64), max_new_tokens=30)
+        res = run(autoregressive(model, [prompt], Sampling(0.0), [None], max_len=64), max_new_tokens=30)
         assert res.token_ids == naive_greedy(model, prompt, 30)
         assert res.target_steps == 30 and res.stop_reason == "length"
 
 
 def test_seeded_sampling_is_reproducible():
     model = random_gpt(scale=2.0)
-    draw = lambda seed: run(autoregressive(model, [1, 2], Sampling(1.0, top_k=20), torch.Generator().manual_seed(seed), 64), 25).token_ids
+    draw = lambda seed: run(autoregressive(model, [[1, 2]], Sampling(1.0, top_k=20), [torch.Generator().manual_seed(seed)], 64), 25).token_ids
     assert draw(7) == draw(7) != draw(8)
 
 
-def fake_method(steps):
-    yield from (Step(t, ["target"] * len(t)) for t in steps)
+def fake_method(steps):  # a loop of one row (row 0)
+    yield from ({0: Step(t, ["target"] * len(t))} for t in steps)
 
 
 def test_run_stops_at_eot_length_and_context():
@@ -181,7 +181,7 @@ def test_several_prompts_print_apart_with_their_own_seeds(model_file, tmp_path, 
     generate.main(base + ["--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     model, prompt = GPT.from_hf(model_file), enc.encode_ordinary("def f(x):")
-    alone = lambda seed: run(autoregressive(model, prompt, Sampling(1.0), torch.Generator().manual_seed(seed), 64), 8)
+    alone = lambda seed: run(autoregressive(model, [prompt], Sampling(1.0), [torch.Generator().manual_seed(seed)], 64), 8)
     assert [r["token_ids"] for r in rows[:2]] == [alone(5).token_ids, alone(6).token_ids]  # prompt i: seed + i
 
 
@@ -232,7 +232,7 @@ def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monk
     from tinyspec import methods
 
     def interrupted(self, prompt, sampling, generator, max_new_tokens):
-        yield Step([72], ["target"])
+        yield {0: Step([72], ["target"])}
         raise KeyboardInterrupt
     monkeypatch.setattr(methods.Decoder, "steps", interrupted)
     with pytest.raises(SystemExit) as e:

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tinyspec import bench, generate
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, feed, one_row, run
 from tinyspec.kvcache import KVCache
-from tinyspec.lookahead import NgramPool, lookahead, lookahead_step, slide, step_mask, trie, window_mask
+from tinyspec.lookahead import NgramPool, lookahead, slide, step_inputs, step_mask, step_outputs, trie, window_mask
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
@@ -69,7 +69,10 @@ def test_each_guess_sees_exactly_its_own_text():
     calls, heads = [], []
     rule = lambda tokens, p, tree, q, generator: calls.append(p) or RULES["greedy"](tokens, p, tree)
     hook = target.lm_head.register_forward_hook(lambda module, inputs, output: heads.append(output))
-    step, _, top = lookahead_step(target, cache, grid, nodes, Tree(parents), rule, Sampling(1.0), None)
+    tree = Tree(parents)
+    x, mask, offsets, at = step_inputs(grid, nodes, tree, torch.device("cpu"))
+    [h] = feed(target, cache, [x], [mask], [offsets])  # ONE forward over the root, the window and the trie
+    step, _, top = step_outputs(target, cache, 0, len(prefix), grid, x, h, at, tree, rule, Sampling(1.0), None)
     hook.remove()
     logits_after = lambda text: target(torch.tensor([text]))[0][0, -1]
     for c in range(4):  # guess (2, c) sees level 0 up to column c, then its own column
@@ -111,8 +114,8 @@ def test_greedy_lookahead_equals_plain_decoding(target, counting_gpt, window, ng
     runs += [(target, [rng.randrange(64) for _ in range(rng.randint(1, 12))]) for _ in range(2)]
     accepted = rejected = 0
     for model, prompt in runs:
-        plain = run(autoregressive(model, prompt, Sampling(0.0), None, 64), 50).token_ids
-        res = run(lookahead(model, prompt, Sampling(0.0), None, 64, window, ngram, guesses), 50)
+        plain = run(autoregressive(model, [prompt], Sampling(0.0), [None], 64), 50).token_ids
+        res = run(lookahead(model, [prompt], Sampling(0.0), [None], 64, window, ngram, guesses), 50)
         assert res.token_ids == plain, f"W={window}, N={ngram}, G={guesses}, prompt {prompt}"
         accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 10 and rejected > 10  # n-grams from the window were verified, and both ways
@@ -120,8 +123,8 @@ def test_greedy_lookahead_equals_plain_decoding(target, counting_gpt, window, ng
 
 def test_greedy_lookahead_runs_to_the_end_of_the_context(target):
     prompt = [i % 64 for i in range(100)]
-    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 128), 40)
-    res = run(lookahead(target, prompt, Sampling(0.0), None, 128, 4, 3, 4), 40)
+    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 128), 40)
+    res = run(lookahead(target, [prompt], Sampling(0.0), [None], 128, 4, 3, 4), 40)
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
@@ -129,7 +132,7 @@ def test_greedy_lookahead_runs_to_the_end_of_the_context(target):
 def test_cache_after_lookahead_steps_equals_plain_decoding(target, temperature, rule):
     cache, prompt = KVCache.for_model(target, 128), [3, 5, 7, 9]
     generator = torch.Generator().manual_seed(0)
-    steps = lookahead(target, prompt, Sampling(temperature), generator, 128, 4, 3, 4, rule, cache)
+    steps = one_row(lookahead(target, [prompt], Sampling(temperature), [generator], 128, 4, 3, 4, rule, cache))
     check_cache_after(target, cache, prompt, steps, 12)
 
 
@@ -160,8 +163,8 @@ def lookahead_counts(tiny_vocab, n_samples):
     def steps(seed):
         fresh = NgramPool(3)
         fresh.table = {a: dict(d) for a, d in pool.table.items()}  # each run starts from the same pool
-        return lookahead(model, PROMPT, SAMPLING, torch.Generator().manual_seed(seed), 16, 3, 3, 3, "pointmass",
-                         pool=fresh)
+        return lookahead(model, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, 3, 3, 3, "pointmass",
+                         pools=[fresh])
     counts, proposing = sample_counts(steps, n_samples)
     assert proposing == n_samples  # every run verified a trie
     return counts

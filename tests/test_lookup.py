@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tinyspec import benchmark, generate, verify
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.kvcache import KVCache
 from tinyspec.lookup import NgramIndex, lookup
 from tinyspec.sampling import Sampling
@@ -62,8 +62,8 @@ def prompts(seed):
 def test_greedy_lookup_equals_plain_decoding(target, k, max_ngram):
     accepted = rejected = proposed = 0
     for prompt in prompts(k):
-        plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 50).token_ids
-        res = run(lookup(target, prompt, Sampling(0.0), None, 96, k, max_ngram), 50)
+        plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 50).token_ids
+        res = run(lookup(target, [prompt], Sampling(0.0), [None], 96, k, max_ngram), 50)
         assert res.token_ids == plain, f"k={k}, max_ngram={max_ngram}, prompt {prompt}"
         accepted, rejected, proposed = accepted + res.accepted, rejected + res.rejections, proposed + res.proposed
     assert accepted > 20 and rejected > 0 and proposed > accepted  # both outcomes of the rule happened
@@ -71,8 +71,8 @@ def test_greedy_lookup_equals_plain_decoding(target, k, max_ngram):
 
 def test_greedy_lookup_runs_to_the_end_of_the_context(target):
     prompt = [i % 8 for i in range(80)]
-    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 100)
-    res = run(lookup(target, prompt, Sampling(0.0), None, 96, 8), 100)
+    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 100)
+    res = run(lookup(target, [prompt], Sampling(0.0), [None], 96, 8), 100)
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
@@ -91,13 +91,13 @@ def check_cache_after(target, cache, prompt, steps, n_steps):
 @pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
 def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rule):
     cache, prompt = KVCache.for_model(target, 96), [3, 4, 5, 3, 4, 5, 3, 4]
-    steps = lookup(target, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 6, 3, rule, cache)
+    steps = one_row(lookup(target, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 96, 6, 3, rule, cache))
     check_cache_after(target, cache, prompt, steps, 8)
 
 
 def test_lookup_refuses_rules_that_need_a_draft_distribution(target):
     with pytest.raises(ValueError, match="cannot judge"):
-        next(lookup(target, [1, 2], Sampling(1.0), None, 32, rule="lossless"))
+        next(lookup(target, [[1, 2]], Sampling(1.0), [None], 32, rule="lossless"))
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
@@ -139,13 +139,13 @@ def tiny_vocab():
     target's own greedy continuation, so a looked-up proposal is often the likely token."""
     model = random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=1)
     head = list(range(V))
-    prompt = head + run(autoregressive(model, head, Sampling(0.0), None, 32), 8).token_ids
+    prompt = head + run(autoregressive(model, [head], Sampling(0.0), [None], 32), 8).token_ids
     return model, prompt, exact_distribution(model, prompt, SAMPLING, 3)
 
 
 def lookup_counts(tiny_vocab, n_samples):
     model, prompt, _ = tiny_vocab
-    counts, proposing = sample_counts(lambda seed: lookup(model, prompt, SAMPLING, torch.Generator().manual_seed(seed),
+    counts, proposing = sample_counts(lambda seed: lookup(model, [prompt], SAMPLING, [torch.Generator().manual_seed(seed)],
                                                           32, 3, 2, "pointmass"), n_samples)
     assert proposing == n_samples  # every token occurs in the prompt: every run verified a lookup
     return counts

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinyspec import generate
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.distill import self_distill, train_heads
 from tinyspec.kvcache import KVCache
 from tinyspec.medusa import MedusaHeads, medusa
@@ -79,8 +79,8 @@ def test_greedy_medusa_equals_plain_decoding_on_every_tree_shape(counting_gpt, t
     for heads in (trained_heads, random_heads(32, 3, seed=1)):
         for name, tree in TREES.items():
             for prompt in prompts:
-                plain = run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 40).token_ids
-                res = run(medusa(counting_gpt, heads, prompt, Sampling(0.0), None, 64, tree), 40)
+                plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
+                res = run(medusa(counting_gpt, heads, [prompt], Sampling(0.0), [None], 64, tree), 40)
                 assert res.token_ids == plain, f"tree {name}, prompt {prompt}"
                 accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 100 and rejected > 10  # long accepted paths and corrections both happened
@@ -91,14 +91,14 @@ def test_lossless_rules_at_temperature_zero_are_greedy_decoding(counting_gpt, tr
     rng = random.Random(2)
     for name, tree in TREES.items():
         prompt = [rng.randrange(32) for _ in range(rng.randint(1, 10))]
-        plain = run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 30).token_ids
-        assert run(medusa(counting_gpt, trained_heads, prompt, Sampling(0.0), None, 64, tree, rule), 30).token_ids == plain
+        plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 30).token_ids
+        assert run(medusa(counting_gpt, trained_heads, [prompt], Sampling(0.0), [None], 64, tree, rule), 30).token_ids == plain
 
 
 def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt, trained_heads):
     prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
-    res = run(medusa(counting_gpt, trained_heads, prompt, Sampling(0.0), None, 64, TREES["default"]), 40)
-    assert res.token_ids == run(autoregressive(counting_gpt, prompt, Sampling(0.0), None, 64), 40).token_ids
+    res = run(medusa(counting_gpt, trained_heads, [prompt], Sampling(0.0), [None], 64, TREES["default"]), 40)
+    assert res.token_ids == run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
     assert len(res.token_ids) / res.target_steps > 1.8  # tau, tokens per target forward
 
 
@@ -106,8 +106,8 @@ def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt,
 def test_cache_after_medusa_steps_equals_plain_decoding(counting_gpt, trained_heads, rule, temperature):
     cache = KVCache.for_model(counting_gpt, 64)
     prompt = [3, 5, 7, 9]
-    steps = medusa(counting_gpt, trained_heads, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 64,
-                   TREES["random"], rule, cache)
+    steps = one_row(medusa(counting_gpt, trained_heads, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 64,
+                   TREES["random"], rule, cache))
     seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
     n = cache.length
     assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet

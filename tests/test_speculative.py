@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinyspec import generate
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.kvcache import KVCache
 from tinyspec.sampling import Sampling
 from tinyspec.speculative import (AdaptiveK, accept_or_resample, best_k, expected_speedup, expected_tokens,
@@ -45,8 +45,8 @@ def test_greedy_equals_plain_decoding_for_every_k_and_draft(models):
         for k in range(1, 9):
             for _ in range(3):
                 prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-                plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 40).token_ids
-                spec = run(speculative(target, draft, prompt, Sampling(0.0), None, 96, k), 40)
+                plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 40).token_ids
+                spec = run(speculative(target, draft, [prompt], Sampling(0.0), [None], 96, k), 40)
                 assert spec.token_ids == plain, f"draft {name}, k={k}, prompt {prompt}"
                 accepted_somewhere |= spec.accepted > 0
                 rejected_somewhere |= spec.rejections > 0
@@ -60,16 +60,16 @@ def test_greedy_with_other_chain_rules_equals_plain_decoding(models, rule):
     for name in ("close", "far"):
         for k in (1, 3, 6):
             prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-            plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 30).token_ids
-            spec = run(speculative(target, drafts[name], prompt, Sampling(0.0), None, 96, k, accept=chain_rule(rule)), 30)
+            plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 30).token_ids
+            spec = run(speculative(target, drafts[name], [prompt], Sampling(0.0), [None], 96, k, accept=chain_rule(rule)), 30)
             assert spec.token_ids == plain, f"{rule}, draft {name}, k={k}"
 
 
 def test_greedy_runs_to_the_end_of_the_context(models):
     target, drafts = models
     prompt = [i % 64 for i in range(80)]
-    plain = run(autoregressive(target, prompt, Sampling(0.0), None, 96), 100)
-    spec = run(speculative(target, drafts["close"], prompt, Sampling(0.0), None, 96, 6), 100)
+    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 100)
+    spec = run(speculative(target, drafts["close"], [prompt], Sampling(0.0), [None], 96, 6), 100)
     assert spec.token_ids == plain.token_ids and spec.stop_reason == plain.stop_reason == "context"
     assert len(prompt) + len(spec.token_ids) == 97
 
@@ -88,7 +88,7 @@ def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature
     draft = drafts["close"]
     caches = (KVCache.for_model(target, 96), KVCache.for_model(draft, 96))
     prompt = [5, 17, 3]
-    steps = speculative(target, draft, prompt, Sampling(temperature), torch.Generator().manual_seed(0), 96, 4, caches)
+    steps = one_row(speculative(target, draft, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 96, 4, caches))
     seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
     assert caches[0].length == len(seq) - 1  # everything but the newest token, not fed yet
     for model, cache in zip((target, draft), caches):
@@ -137,7 +137,7 @@ def speculative_samples(target, draft, sampling, k, n, accept=accept_or_resample
     counts = torch.zeros(V * V)
     for seed in range(n):
         g = torch.Generator().manual_seed(seed)
-        out = run(speculative(target, draft, PROMPT, sampling, g, 8, k, accept=accept), 2).token_ids
+        out = run(speculative(target, draft, [PROMPT], sampling, [g], 8, k, accept=accept), 2).token_ids
         counts[out[0] * V + out[1]] += 1
     return counts
 
@@ -208,10 +208,10 @@ def test_best_k_falls_back_to_plain_decoding_when_speculation_does_not_pay():
 
 def test_adaptive_k_is_still_exact(models):
     target, drafts = models
-    plain = run(autoregressive(target, [3, 4], Sampling(0.0), None, 96), 60).token_ids
+    plain = run(autoregressive(target, [[3, 4]], Sampling(0.0), [None], 96), 60).token_ids
     for name in ("same", "close", "unrelated"):
         policy = AdaptiveK(cost_ratio=0.2, k_max=6)
-        assert run(speculative(target, drafts[name], [3, 4], Sampling(0.0), None, 96, policy), 60).token_ids == plain
+        assert run(speculative(target, drafts[name], [[3, 4]], Sampling(0.0), [None], 96, policy), 60).token_ids == plain
         if name == "same":  # a draft identical to the target is always accepted: alpha climbs from its prior 0.5
             assert policy.alpha > 0.9 and policy.choose() == 6
 

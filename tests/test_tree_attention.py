@@ -264,7 +264,7 @@ def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
 
     model, heads = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda()
     tree = from_accuracies(torch.tensor([[0.5, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.2, 0.1]]), 12)
-    tokens = lambda: run(medusa(model, heads, [3, 1, 4, 1, 5], Sampling(0.0), None, 64, tree), 40).token_ids
+    tokens = lambda: run(medusa(model, heads, [[3, 1, 4, 1, 5]], Sampling(0.0), [None], 64, tree), 40).token_ids
     reference = tokens()
     model.set_attention(ta.TreeAttention())
     assert tokens() == reference

@@ -41,7 +41,7 @@ def exact_three_token_distribution(target):
 def three_token_counts(target, heads, rule, n):
     counts, from_tree = torch.zeros(V ** 3), 0
     for seed in range(n):
-        res = run(medusa(target, heads, PROMPT, SAMPLING, torch.Generator().manual_seed(seed), 16, BRANCHING, rule), 3)
+        res = run(medusa(target, heads, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, BRANCHING, rule), 3)
         out = res.token_ids
         counts[(out[0] * V + out[1]) * V + out[2]] += 1
         from_tree += res.proposed > 0

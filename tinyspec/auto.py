@@ -1,10 +1,19 @@
 """Speculation or batching, chosen per step: the policy of `--method auto`.
 
-`batch.py` runs every method for many rows at once. Whether a batch should speculate at all depends
-on its size: at one row a forward over 1 + s tokens costs little more than over one, and a Medusa
-tree pays; at sixteen rows the forward is no longer nearly free to widen, and it does not.
-`BatchPolicy` measures the costs of forwards of every shape once, then decides every step, from
-the measured costs and what the text at hand accepts, whether to verify a tree or take a plain step.
+A forward of a small model on one sequence leaves most of the hardware idle: it reads every
+weight to compute a handful of tokens. Speculative decoding fills that idle compute with guesses
+(one forward scores k proposals as cheaply as one token). Batching fills it with other
+sequences: every loop runs any number of rows (`decoding.py`), one forward advancing all of
+them. Both spend the same spare capacity, so at a large enough batch a forward is no longer
+nearly free to widen, and speculation, which multiplies the tokens of every forward by 1 + k or
+1 + T, starts to cost more than it yields. The benchmark (`python -m tinyspec.bench
+--batch-sizes 1,2,4,8,16`) measures where.
+
+Whether to speculate thus depends on the batch's size, and on the device: at one row a forward
+over 1 + s tokens costs little more than over one, and a Medusa tree pays; at sixteen rows it
+does not. `BatchPolicy` measures the costs of forwards of every shape once, then decides every
+step, from the measured costs and what the text at hand accepts, whether to verify a tree or
+take a plain step. Medusa's loop is handed it as its tree chooser (`medusa.TreeChooser`).
 """
 
 from __future__ import annotations
@@ -15,8 +24,8 @@ from typing import Callable
 
 import torch
 
-from .batch import feed
-from .kvcache import BatchKVCache
+from .decoding import feed
+from .kvcache import KVCache
 from .medusa import MedusaHeads
 from .model import GPT
 from .timing import interleaved_medians
@@ -33,13 +42,13 @@ def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[i
     device, C = target.lm_head.weight.device, target.config.n_embd
     context = min(context, target.config.n_ctx - max(widths))
     grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
-    caches = {r: BatchKVCache.for_model(target, context + max(widths), r) for r in grid}
+    caches = {r: KVCache.for_model(target, context + max(widths), r) for r in grid}
     zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)
     for r, cache in caches.items():
         feed(target, cache, [zeros(context)] * r)
 
     def rewind(cache):  # every timed forward starts from the same `context` cached tokens per row
-        return lambda: [cache.truncate(b, context) for b in range(cache.rows)]
+        return lambda: [cache.truncate(context, b) for b in range(cache.rows)]
     calls = {(r, t): (partial(feed, target, caches[r], [zeros(t)] * r), rewind(caches[r])) for r in grid for t in widths}
     calls |= {(r, 0): (partial(heads, torch.zeros(r, C, device=device), target.lm_head), None) for r in grid}
     seconds = interleaved_medians(calls, device)  # keys (rows, 0): the heads

@@ -33,8 +33,7 @@ from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DE
                   load_model, pick_device, pick_dtype, set_threads)
 from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
                       load_eagle, load_heads, use_attention)
-from .batch import run_batch
-from .decoding import run
+from .decoding import run, run_batch
 from .ledger import Ledger
 from .peer import compare_with_huggingface
 from .model import DraftVocab

@@ -100,7 +100,7 @@ CHAPTERS = {
                        "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path",
                        "tests/test_tree_attention.py::test_any_strides",
                        "tests/test_tree_attention.py::test_custom_scale")),
-    "batch": Chapter("13 Batch > 1: speculation against batching", ("batch.py:feed",),
+    "batch": Chapter("13 Batch > 1: speculation against batching", ("decoding.py:feed",),
                      ("tests/test_batch.py::test_rows_of_different_lengths_equal_their_own_single_caches",
                       "tests/test_batch.py::test_greedy_rows_equal_plain_decoding_at_every_batch_size",
                       "tests/test_batch.py::test_each_rows_cache_equals_plain_decodings",

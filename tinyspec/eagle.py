@@ -36,20 +36,20 @@ computed but the head has not read are *pending*:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn as nn
 
-from .decoding import TARGET, Step, verify_tree
+from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
 from .model import GPT, SDPA, Block, GPTConfig, causal_mask, prefix_mask
 from .sampling import Sampling, sample
 from .tree import Tree
-from .verify import RULES, SAMPLED
+from .verify import SAMPLED, tree_rule
 
 
 # EAGLE-2's dynamic tree by default: 2 children per expanded node and 2 nodes expanded per depth,
@@ -302,45 +302,49 @@ def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, k: int, depth: 
     return tokens, tree, q
 
 
+@dataclass
+class EagleRow(Row):
+    drafter: HeadDrafter | None = None  # the head's side, with the row's own head cache
+    pending: tuple | None = None  # (features, tokens): the true pairs (f_j, t_{j+1}) the head has not read
+
+
 @torch.no_grad()
-def eagle(target: GPT, head: EagleHead, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
+def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Sampling, generators: list,
           max_len: int, rule: str = "greedy", k: int = DEFAULT_TOPK, depth: int = DEFAULT_DEPTH, nodes: int = 16,
-          tree: Tree | None = None, cache: KVCache | None = None, head_cache: KVCache | None = None) -> Iterator[Step]:
-    """EAGLE decoding; yields one `Step` per target forward pass.
+          tree: Tree | None = None, cache: KVCache | None = None, head_cache: KVCache | None = None) -> Steps:
+    """EAGLE decoding of every row (prompt) at once; yields what each target forward gave each row
+    (`decoding.py`). Each row drafts its own tree (EAGLE-2's differ from row to row) with its own
+    head cache, a `HeadDrafter` per row; ONE target forward verifies every row's tree.
 
     rule: a tree rule of `verify.RULES` (lossless: children sampled from the head; pointmass and
     greedy: top-k children). k, depth, nodes: EAGLE-2's dynamic tree (`grow_tree`), or `tree`, a
-    static shape (`fill_static_tree`). cache, head_cache: reused if given (emptied first); the
-    head's needs room for max_len + `expanded_at_most(...)`."""
-    if rule not in RULES or rule == "block":
-        raise ValueError(f"unknown tree acceptance rule {rule!r}: use one of greedy, typical, lossless, pointmass")
-    device = target.lm_head.weight.device
-    sampled = rule in SAMPLED
+    static shape (`fill_static_tree`). cache, head_cache (batch 1): reused if given (emptied
+    first); the head's needs room for max_len + `expanded_at_most(...)`."""
+    accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
     budget = len(tree) if tree is not None else nodes  # the most nodes a step verifies
     tree = tree.to(device) if tree is not None else None
-    cache = cache if cache is not None else KVCache.for_model(target, max_len)
-    if head_cache is None:
-        head_cache = head.new_cache(max_len + expanded_at_most(k, depth, nodes, tree))
-    cache.truncate(0)
-    head_cache.truncate(0)
-    drafter = HeadDrafter(head, target, head_cache)
-    x = torch.tensor(prompt, device=device)
-    f = target.hidden(x[None], cache=cache)[0]  # (P, C): f_0 .. f_{P-1}
-    root = sample(sampling.probs(target.lm_head(f[-1])), generator)  # the first new token: plain decoding
-    yield Step([int(root)], [TARGET])
-    pending = (f, torch.cat([x[1:], root.view(1)]))  # pairs (f_j, t_{j+1}) the head has not read
-    n_ctx = target.config.n_ctx
-    while cache.length < max_len:
-        L = cache.length
-        if L + 1 + budget > max_len or L + (tree.max_depth if tree else depth) >= n_ctx:  # no room: a plain step
-            logits, hidden = target(root.view(1, 1), cache=cache)
-            nxt = sample(sampling.probs(logits[0, -1]), generator)
-            pending = (torch.cat([pending[0], hidden[0]]), torch.cat([pending[1], nxt.view(1)]))
-            root = nxt
-            yield Step([int(root)], [TARGET])
-            continue
-        tokens, step_tree, q = draft_tree(drafter, pending, tree, k, depth, nodes, sampled, sampling, generator)  # 0-1.
-        # 2-4. one target forward over root and tree, the rule, the target cache compacted to the accepted path
-        step, root, hidden = verify_tree(target, cache, root, tokens, step_tree, RULES[rule], sampling, q, generator)
-        pending = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of root and accepted path
-        yield step
+    cache = ready(cache, target, len(prompts), max_len + budget + 1)
+    rows = new_rows(prompts, generators, EagleRow)
+    for r, f in zip(rows, prefill(target, cache, rows, sampling)):  # f: (P, C), f_0 .. f_{P-1}
+        own = head_cache if head_cache is not None and len(rows) == 1 else None
+        own = own if own is not None else head.new_cache(max_len + expanded_at_most(k, depth, nodes, tree))
+        own.reset()
+        r.drafter = HeadDrafter(head, target, own)
+        r.pending = (f, torch.tensor(r.seq[1:] + [int(r.root)], device=device))  # pairs (f_j, t_{j+1}) unread
+    done = yield first_steps(rows)
+    while rows := leave(rows, done, [cache], max_len):
+        proposals = []
+        for b, r in enumerate(rows):
+            L = cache.lengths[b]
+            if L + 1 + budget > max_len or L + (tree.max_depth if tree else depth) >= target.config.n_ctx:
+                proposals.append(None)  # no room: a plain step
+            else:  # 0-1. the row's head catches up and drafts its tree
+                proposals.append(draft_tree(r.drafter, r.pending, tree, k, depth, nodes, sampled, sampling, r.generator))
+        # 2-4. one target forward over roots and trees, each row's rule, its cache compacted to its accepted path
+        produced = {}
+        for r, prop, (step, hidden) in zip(rows, proposals, verify_trees(target, cache, rows, proposals, accept,
+                                                                         sampling)):
+            new = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of the root and what followed
+            r.pending = new if prop is not None else tuple(torch.cat(pair) for pair in zip(r.pending, new))
+            produced[r.id] = step
+        done = yield produced

@@ -178,7 +178,7 @@ def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
     from .methods import load_eagle
-    from .decoding import verify_tree
+    from .decoding import Row, verify_trees
     from .eagle import HeadDrafter, grow_tree
     from .sampling import Sampling
     from .tokenizer import load_tokenizer
@@ -205,7 +205,8 @@ def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6
     made += [(-1, t, v) for t, v in zip(top.indices.tolist(), top.values.tolist())]
     parents, tokens = grow_tree(root_logits, expand, k, depth, nodes)
     drafter.rollback()
-    step, _, _ = verify_tree(target, cache, root, tokens, Tree(tuple(parents)), greedy, Sampling(0.0), None, None)
+    proposal = (tokens, Tree(tuple(parents)), None)
+    [(step, _)] = verify_trees(target, cache, [Row(0, [], None, root[0])], [proposal], greedy, Sampling(0.0))
 
     def path(i, made_):
         return () if i < 0 else path(made_[i][0], made_) + (made_[i][1],)

@@ -32,8 +32,7 @@ from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DE
                   load_encoding, load_model, pick_device, pick_dtype, run_main, set_threads, use_colour)
 from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule,
                       check_tree_nodes, load_eagle, load_heads, use_attention)
-from .batch import run_batch
-from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run
+from .decoding import ACCEPTED, BONUS, CORRECTION, Step, run, run_batch
 from .ledger import Ledger
 from .medusa import MedusaHeads
 from .model import GPT

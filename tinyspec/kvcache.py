@@ -13,6 +13,12 @@ A *slot* is an index into the cache; a *position* is where a token sits in the t
 the position embedding). For plain and draft-model decoding they are equal. During tree
 verification they are not: tree nodes take slots L, L+1, ... in node order but positions
 L + depth (see `tree.py`), and `keep` makes slots and positions agree again.
+
+A cache holds one sequence or several (*rows*) that share every forward: the batch is a
+dimension, as in gpt-fast. Each row has its own length, so rows that accepted different
+numbers of tokens, or started from prompts of different lengths, sit side by side, and
+`truncate`, `keep` work on one row (row 0 unless told). Batch 1 is the simplest case, and the
+one the first chapters use: `cache.length` is then the length.
 """
 
 from __future__ import annotations
@@ -21,74 +27,14 @@ import torch
 
 
 class KVCache:
-    """Keys and values of shape (n_layer, batch, n_head, max_len, head_dim); slots [0, length) are valid."""
-
-    def __init__(self, n_layer: int, n_head: int, head_dim: int, max_len: int, batch: int = 1,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
-        shape = (n_layer, batch, n_head, max_len, head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.max_len = max_len
-        self.length = 0
-
-    @classmethod
-    def for_model(cls, model, max_len: int | None = None, batch: int = 1) -> "KVCache":
-        """A cache shaped for `model` (a `GPT`), on its device and in its dtype."""
-        cfg, w = model.config, model.transformer.wte.weight
-        return cls(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, max_len or cfg.n_ctx, batch, w.device, w.dtype)
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write T new keys/values (B, H, T, D) at slots [length, length + T) of `layer`; return
-        views of slots [0, length + T). `length` moves only in `advance`, once all layers wrote."""
-        end = self.length + k.shape[2]
-        if end > self.max_len:
-            raise ValueError(f"KV cache is full: {end} slots needed, {self.max_len} allocated")
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-    def advance(self, n: int) -> None:
-        """Commit the n entries that every layer has just written."""
-        self.length += n
-
-    def truncate(self, n: int) -> None:
-        """Keep only the first n slots (roll back everything after them); a ValueError unless
-        0 <= n <= length. Nothing is erased: the next update simply writes over them."""
-        if not 0 <= n <= self.length:
-            raise ValueError(f"cannot truncate a cache of length {self.length} to {n}")
-        self.length = n
-
-    def keep(self, slots) -> None:
-        """Keep slots [0, s0) and then exactly `slots` (ascending, s0 = slots[0]), moved down into
-        slots s0, s0 + 1, ...; the length becomes s0 + len(slots).
-
-        Example: after verifying a tree, slot 10 holds the last accepted token and slots 11..17
-        the 7 tree nodes. If nodes 0 and 3 (slots 11 and 14) are the accepted path,
-        `keep([10, 11, 14])` leaves slots 0..12 = prefix, root, node 0, node 3; length 13.
-        A ValueError unless the slots ascend and lie below the length."""
-        slots = torch.as_tensor(slots, dtype=torch.long)
-        start = int(slots[0])
-        if slots[-1] >= self.length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
-            raise ValueError(f"keep() needs ascending slots below length {self.length}, got {slots.tolist()}")
-        end = start + slots.numel()
-        slots = slots.to(self.k.device)
-        # index_select copies first, so overlapping source and destination slots are safe
-        self.k[:, :, :, start:end] = self.k.index_select(3, slots)
-        self.v[:, :, :, start:end] = self.v.index_select(3, slots)
-        self.length = end
-
-
-class BatchKVCache:
-    """The cache of B independent sequences (rows) that share each forward; row b's slots
-    [0, lengths[b]) are valid. Keys and values (n_layer, B, n_head, max_len, head_dim), as in
-    `KVCache`, but every row has its own length: rows accept different numbers of tokens each
-    step, and prompts of different lengths share one batch.
+    """Keys and values of shape (n_layer, rows, n_head, max_len, head_dim); row b's slots
+    [0, lengths[b]) are valid.
 
     A forward feeds the same number T of tokens to every row (a row that has fewer is padded at
-    the end). Row b writes its T at its own slots [lengths[b], lengths[b] + T), so the new tokens
-    of different rows sit at different slots; `mask` tells each row's tokens which slots are
-    theirs to see. Afterwards `truncate(b, n)` and `keep(b, slots)` work on one row as `KVCache`'s
-    do on the whole cache (padding is dropped like a rejected proposal), and `select(rows)` lets
+    the end, `decoding.feed`). Row b writes its T at its own slots [lengths[b], lengths[b] + T),
+    so the new tokens of different rows may sit at different slots; `mask` tells each row's
+    tokens which slots are theirs to see. Afterwards `truncate(n, b)` and `keep(slots, b)` work
+    on row b alone (padding is dropped like a rejected proposal), and `select(rows)` lets
     finished rows leave: the rows that go on move down to 0, 1, ..., so every later forward
     computes only for them.
 
@@ -99,29 +45,93 @@ class BatchKVCache:
         row 1    y  y  y  y  y  c  d       1 1 1 1 1 . .                1 1 1 1 1 1 1
     """
 
-    def __init__(self, n_layer: int, n_head: int, head_dim: int, max_len: int, batch: int,
+    def __init__(self, n_layer: int, n_head: int, head_dim: int, max_len: int, batch: int = 1,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
         shape = (n_layer, batch, n_head, max_len, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.max_len = max_len
         self.lengths = [0] * batch  # one per live row; rows that left the batch are gone from the list
-        self._where = (None, None)  # (lengths, T) of the last update, and the slots it wrote
+        self._where = (None, None)  # (lengths, T) of the last update of rows at different lengths, and its slots
 
     @classmethod
-    def for_model(cls, model, max_len: int, batch: int) -> "BatchKVCache":
+    def for_model(cls, model, max_len: int | None = None, batch: int = 1) -> "KVCache":
+        """A cache shaped for `model` (a `GPT`), on its device and in its dtype."""
         cfg, w = model.config, model.transformer.wte.weight
-        return cls(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, max_len, batch, w.device, w.dtype)
+        return cls(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, max_len or cfg.n_ctx, batch, w.device, w.dtype)
 
     @property
     def rows(self) -> int:
         return len(self.lengths)
 
-    def reset(self, rows: int) -> None:
+    @property
+    def length(self) -> int:
+        """The length of every row (one row, or rows that all hold as many tokens)."""
+        if len(set(self.lengths)) != 1:
+            raise ValueError(f"the rows have different lengths {self.lengths}: read lengths[b]")
+        return self.lengths[0]
+
+    @length.setter
+    def length(self, n: int) -> None:
+        self.lengths = [n] * self.rows
+
+    def reset(self, rows: int = 1) -> None:
         """Empty the cache and make `rows` rows live (at most the batch it was made for)."""
         if rows > self.k.shape[1]:
             raise ValueError(f"this cache holds {self.k.shape[1]} rows, not {rows}")
         self.lengths = [0] * rows
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write each row's T new keys/values (B, H, T, D) at its slots [lengths[b], lengths[b] + T);
+        return views of slots [0, max(lengths) + T) of the live rows. The lengths move only in
+        `advance`, once all layers wrote."""
+        B, T = k.shape[0], k.shape[2]
+        end = max(self.lengths) + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache is full: {end} slots needed, {self.max_len} allocated")
+        if min(self.lengths) == end - T:  # every row at one length (batch 1 always): a slice
+            self.k[layer, :B, :, end - T:end] = k
+            self.v[layer, :B, :, end - T:end] = v
+        else:  # each row at its own slots
+            if self._where[0] != (self.lengths, T):  # the same for every layer of a forward: made once
+                slots = torch.tensor(self.lengths, device=k.device)[:, None] + torch.arange(T, device=k.device)  # (B, T)
+                self._where = ((list(self.lengths), T), (torch.arange(B, device=k.device)[:, None], slots))
+            rows, slots = self._where[1]
+            self.k[layer][rows, :, slots] = k.transpose(1, 2)  # indexed (B, T, H, D): row b's token t at its own slot
+            self.v[layer][rows, :, slots] = v.transpose(1, 2)
+        return self.k[layer, :B, :, :end], self.v[layer, :B, :, :end]
+
+    def advance(self, n: int) -> None:
+        """Commit the n entries that every layer has just written to every row."""
+        self.lengths = [length + n for length in self.lengths]
+
+    def truncate(self, n: int, row: int = 0) -> None:
+        """Row `row` keeps only its first n slots (everything after them is rolled back); a
+        ValueError unless 0 <= n <= its length. Nothing is erased: the next update simply
+        writes over them."""
+        if not 0 <= n <= self.lengths[row]:
+            raise ValueError(f"cannot truncate a cache of length {self.lengths[row]} to {n}")
+        self.lengths[row] = n
+
+    def keep(self, slots, row: int = 0) -> None:
+        """Row `row` keeps slots [0, s0) and then exactly `slots` (ascending, s0 = slots[0]), moved
+        down into slots s0, s0 + 1, ...; its length becomes s0 + len(slots).
+
+        Example: after verifying a tree, slot 10 holds the last accepted token and slots 11..17
+        the 7 tree nodes. If nodes 0 and 3 (slots 11 and 14) are the accepted path,
+        `keep([10, 11, 14])` leaves slots 0..12 = prefix, root, node 0, node 3; length 13.
+        A ValueError unless the slots ascend and lie below the length."""
+        slots = torch.as_tensor(slots, dtype=torch.long)
+        start, length = int(slots[0]), self.lengths[row]
+        if slots[-1] >= length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
+            raise ValueError(f"keep() needs ascending slots below length {length}, got {slots.tolist()}")
+        end = start + slots.numel()
+        if int(slots[-1]) != end - 1:  # else the slots are start..end-1 already: nothing moves
+            slots = slots.to(self.k.device)
+            # index_select copies first, so overlapping source and destination slots are safe
+            self.k[:, row, :, start:end] = self.k[:, row].index_select(2, slots)
+            self.v[:, row, :, start:end] = self.v[:, row].index_select(2, slots)
+        self.lengths[row] = end
 
     def positions(self, offsets: torch.Tensor) -> torch.Tensor:
         """(B, T) positions of the new tokens: each row's length plus offsets (T,) or (B, T) (0, 1, ...
@@ -138,43 +148,6 @@ class BatchKVCache:
         among_new = new_mask.expand(B, T, T).gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, -1))  # (B, T, keys)
         return (rel < 0)[:, None, :] | (among_new & (rel < T)[:, None, :])
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write each row's T new keys/values (B, H, T, D) at its slots [lengths[b], lengths[b] + T);
-        return views of slots [0, max(lengths) + T) of the live rows."""
-        B, T = k.shape[0], k.shape[2]
-        end = max(self.lengths) + T
-        if end > self.max_len:
-            raise ValueError(f"KV cache is full: {end} slots needed, {self.max_len} allocated")
-        if self._where[0] != (self.lengths, T):  # the same for every layer of a forward: made once
-            slots = torch.tensor(self.lengths, device=k.device)[:, None] + torch.arange(T, device=k.device)  # (B, T)
-            self._where = ((list(self.lengths), T), (torch.arange(B, device=k.device)[:, None], slots))
-        rows, slots = self._where[1]
-        self.k[layer][rows, :, slots] = k.transpose(1, 2)  # indexed (B, T, H, D): row b's token t at its own slot
-        self.v[layer][rows, :, slots] = v.transpose(1, 2)
-        return self.k[layer, :B, :, :end], self.v[layer, :B, :, :end]
-
-    def advance(self, n: int) -> None:
-        """Every row wrote n entries (`GPT.hidden` calls this once all layers have)."""
-        self.lengths = [length + n for length in self.lengths]
-
-    def truncate(self, row: int, n: int) -> None:
-        """Row `row` keeps its first n slots (as `KVCache.truncate`)."""
-        if not 0 <= n <= self.lengths[row]:
-            raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
-        self.lengths[row] = n
-
-    def keep(self, row: int, slots) -> None:
-        """Row `row` keeps slots [0, s0) and then exactly `slots`, moved down (as `KVCache.keep`)."""
-        slots = torch.as_tensor(slots, dtype=torch.long)
-        start, length = int(slots[0]), self.lengths[row]
-        if slots[-1] >= length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
-            raise ValueError(f"keep() needs ascending slots below length {length} of row {row}, got {slots.tolist()}")
-        end = start + slots.numel()
-        slots = slots.to(self.k.device)
-        self.k[:, row, :, start:end] = self.k[:, row].index_select(2, slots)  # index_select copies first
-        self.v[:, row, :, start:end] = self.v[:, row].index_select(2, slots)
-        self.lengths[row] = end
-
     def select(self, rows: list[int]) -> None:
         """Only `rows` (ascending indices of live rows) go on; they move down to rows 0, 1, ... in
         that order, so the next forward computes for them alone."""
@@ -186,24 +159,3 @@ class BatchKVCache:
                 self.k[:, new, :, :n] = self.k[:, old, :, :n]
                 self.v[:, new, :, :n] = self.v[:, old, :, :n]
         self.lengths = [self.lengths[r] for r in rows]
-
-    def row(self, row: int) -> "CacheRow":
-        return CacheRow(self, row)
-
-
-class CacheRow:
-    """One row of a `BatchKVCache` with the one-sequence interface (`length`, `truncate(n)`,
-    `keep(slots)`), so code written for a `KVCache` (`decoding.accept_tree`) runs on it unchanged."""
-
-    def __init__(self, cache: BatchKVCache, row: int):
-        self.cache, self.index = cache, row
-
-    @property
-    def length(self) -> int:
-        return self.cache.lengths[self.index]
-
-    def truncate(self, n: int) -> None:
-        self.cache.truncate(self.index, n)
-
-    def keep(self, slots) -> None:
-        self.cache.keep(self.index, slots)

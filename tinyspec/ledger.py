@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
-from . import batch, eagle, lookahead, lookup, medusa, methods
-from .kvcache import BatchKVCache, KVCache
+from . import eagle, lookahead, lookup, medusa, methods
+from .kvcache import KVCache
 from .verify import RULES
 
 PARTS = ("target", "propose", "rule", "cache")
@@ -61,12 +61,11 @@ class Ledger:
         if drafter is not None:
             patches += [(drafter, "forward", "propose")] + ([(drafter, "hidden", "propose"), (drafter, "logits", "propose")]
                                                            if d.method == "draft" else [])
-        patches += [(module, name, "propose") for module in (medusa, eagle, batch, lookahead)
+        patches += [(module, name, "propose") for module in (medusa, eagle, lookahead)
                     for name in ("propose", "draft_tree", "trie") if hasattr(module, name)]
         patches += [(lookup.NgramIndex, "propose", "propose"), (lookahead.NgramPool, "guesses", "propose"),
                     (methods, "accept_or_resample", "rule")]
-        patches += [(cls, name, "cache") for cls in (KVCache, BatchKVCache) for name in ("truncate", "keep", "select")
-                    if name in vars(cls)]
+        patches += [(KVCache, name, "cache") for name in ("truncate", "keep", "select")]
         saved = [(obj, name, vars(obj).get(name, _MISSING)) for obj, name, _ in patches]
         rules = dict(RULES)
         try:

@@ -33,16 +33,17 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from .decoding import TARGET, Step, accept_tree
+from .decoding import TARGET, Row, Step, Steps, accept_tree, feed, first_steps, leave, new_rows, prefill, ready
 from .kvcache import KVCache
-from .model import GPT, prefix_mask
+from .model import GPT
 from .sampling import Sampling, sample
 from .tree import Tree, tree_on
-from .verify import RULES, SAMPLED
+from .verify import tree_rule
 
 
 class NgramPool:
@@ -127,19 +128,6 @@ def step_mask(levels: int, W: int, tree: Tree | None, device=None):
     return new_mask, torch.cat([offsets, tree.depth[1:]]), rows
 
 
-def lookahead_step(target: GPT, cache: KVCache, grid: list[list[int]], nodes: list[int], tree: Tree | None, accept,
-                   sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
-    """One lookahead step: ONE target forward over the root, the window and the trie. Returns
-    (the Step, the next root, the top level's outputs: the next iteration's guesses (W,)).
-
-    grid: levels x W tokens, grid[0][0] the root (not yet in the cache); nodes, tree: the trie
-    below the root (tree None: no n-gram starts with the root, the step verifies nothing)."""
-    L = cache.length
-    x, new_mask, offsets, rows = step_inputs(grid, nodes, tree, target.lm_head.weight.device)
-    h = target.hidden(x[None], positions=L + offsets, cache=cache, attn_mask=prefix_mask(new_mask, L))[0]  # (n, C)
-    return step_outputs(target, cache, L, grid, x, h, rows, tree, accept, sampling, generator)
-
-
 def step_inputs(grid: list[list[int]], nodes: list[int], tree: Tree | None, device):
     """What one step feeds: the tokens x (n,) of the window and the trie, and from `step_mask` the
     mask among them, their position offsets and the indices of the root and the trie's nodes."""
@@ -147,20 +135,22 @@ def step_inputs(grid: list[list[int]], nodes: list[int], tree: Tree | None, devi
     return (x, *step_mask(len(grid), len(grid[0]), tree, device))
 
 
-def step_outputs(target: GPT, cache, L: int, grid: list[list[int]], x: torch.Tensor, h: torch.Tensor, rows, tree,
-                 accept, sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
-    """The rest of `lookahead_step` once the forward has given h (n, C), the hidden states of x:
-    the top level's outputs, then the trie judged by the rule and the cache (length L before the
-    forward) compacted to the accepted path, or without a trie the root's own step."""
+def step_outputs(target: GPT, cache: KVCache, row: int, L: int, grid: list[list[int]], x: torch.Tensor,
+                 h: torch.Tensor, at, tree, accept, sampling: Sampling, generator) -> tuple[Step, torch.Tensor, list[int]]:
+    """The rest of a lookahead step once ONE forward has given h (n, C), the hidden states of x,
+    the window and the trie of `row`: the top level's outputs (the next iteration's guesses (W,)),
+    then the trie judged by the rule and the row's cache (length L before the forward) compacted
+    to the accepted path, or without a trie the root's own step. at (T+1,): the indices in x of
+    the root and the trie's nodes (`step_mask`). Returns (the Step, the next root, the outputs)."""
     window, W = len(grid) * len(grid[0]), len(grid[0])
     top = target.lm_head(h[window - W:window]).argmax(-1).tolist()  # each top guess's successor
     if tree is None:  # nothing to verify: the root's own step
         root = sample(sampling.probs(target.lm_head(h[0])), generator)
-        cache.truncate(L + 1)  # keep the root, drop the window
+        cache.truncate(L + 1, row)  # keep the root, drop the window
         return Step([int(root)], [TARGET]), root, top
     # verify the trie: logits only for the rows of the root and the nodes (the window's are never needed)
-    logits = target.lm_head(h[rows])  # (T+1, V)
-    out, root, _ = accept_tree(cache, L, x[rows], logits, tree, accept, sampling, None, generator, rows)
+    logits = target.lm_head(h[at])  # (T+1, V)
+    out, root, _ = accept_tree(cache, row, L, x[at], logits, tree, accept, sampling, None, generator, at)
     return out, root, top
 
 
@@ -193,41 +183,58 @@ def filler(prompt: list[int]) -> Callable[[], int]:
     return lambda: rng.choice(prompt)
 
 
+@dataclass
+class LookaheadRow(Row):
+    grid: list[list[int]] = field(default_factory=list)  # the window of Jacobi guesses, grid[0][0] the root,
+    pool: NgramPool | None = None  # ... the n-grams they wrote,
+    fill: Callable[[], int] | None = None  # ... and where a new column's first guess comes from
+
+
 @torch.no_grad()
-def lookahead(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
+def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
               window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy", cache: KVCache | None = None,
-              pool: NgramPool | None = None) -> Iterator[Step]:
-    """Lookahead decoding; yields one `Step` per target forward pass.
+              pools: list[NgramPool] | None = None) -> Steps:
+    """Lookahead decoding of every row (prompt) at once; yields what each target forward gave
+    each row (`decoding.py`). Each row has its own window, n-gram pool and trie, all fed in ONE
+    target forward, each under its own mask (`step_mask`).
 
     window W, ngram N, guesses G as in the paper: a step feeds W (N - 1) window tokens and a
     trie of at most G (N - 1) nodes. rule: a name from `verify.RULES` that needs no draft
     distribution (greedy at temperature 0, pointmass for exact sampling). cache: reused if given
-    (emptied first). pool: an `NgramPool` to start from (default: an empty one); it is updated."""
-    if rule not in RULES or rule in SAMPLED:
-        raise ValueError(f"rule {rule!r} cannot judge n-gram guesses: use greedy, pointmass or typical")
-    accept, device, n_ctx = RULES[rule], target.lm_head.weight.device, target.config.n_ctx
-    cache = cache if cache is not None else KVCache.for_model(target, max_len)
-    cache.truncate(0)
-    pool = pool if pool is not None else NgramPool(guesses)
-    fill = filler(prompt)
-    logits = target(torch.tensor([prompt], device=device), cache=cache)[0][0, -1]  # prefill
-    root = sample(sampling.probs(logits), generator)  # the first new token: plain decoding
-    yield Step([int(root)], [TARGET])
-    grid = [[int(root)] + [fill() for _ in range(window - 1)]]
-    while cache.length < max_len:
-        L = cache.length
-        nodes, parents = trie(pool.guesses(int(root))[:guesses])
-        deepest = max(len(grid) + window - 2, ngram - 1 if nodes else 0)  # the largest position offset
-        if L + len(grid) * window + len(nodes) > max_len or L + deepest >= n_ctx:  # no room: a plain step
-            logits = target(root.view(1, 1), cache=cache)[0][0, -1]
-            root = sample(sampling.probs(logits), generator)
-            grid[0][0] = int(root)  # the window stays where it was, but its root is always the newest token
-            yield Step([int(root)], [TARGET])
-            continue
-        tree = tree_on(parents, device) if nodes else None
-        out, root, top = lookahead_step(target, cache, grid, nodes, tree, accept, sampling, generator)
-        if len(grid) == ngram - 1:  # a full window: each column, topped by its output, is an n-gram
-            for c in range(window):
-                pool.add([row[c] for row in grid] + [top[c]])
-        grid = slide(grid, top, int(root), ngram, fill)
-        yield out
+    (emptied first). pools: each row's `NgramPool` to start from (default: empty ones); they are updated."""
+    accept, device, n_ctx = tree_rule(rule, draft_free=True), target.lm_head.weight.device, target.config.n_ctx
+    size = (window + guesses) * (ngram - 1)  # the most tokens one step feeds
+    cache = ready(cache, target, len(prompts), max_len + size + 1)
+    rows = new_rows(prompts, generators, LookaheadRow)
+    prefill(target, cache, rows, sampling)
+    for r in rows:
+        r.pool, r.fill = pools[r.id] if pools else NgramPool(guesses), filler(r.seq)
+        r.grid = [[int(r.root)] + [r.fill() for _ in range(window - 1)]]
+    done = yield first_steps(rows)
+    while rows := leave(rows, done, [cache], max_len):
+        before, inputs, tries = list(cache.lengths), [], []
+        for b, r in enumerate(rows):
+            grid, L = r.grid, cache.lengths[b]
+            nodes, parents = trie(r.pool.guesses(int(r.root))[:guesses])
+            deepest = max(len(grid) + window - 2, ngram - 1 if nodes else 0)  # the largest position offset
+            if L + len(grid) * window + len(nodes) > max_len or L + deepest >= n_ctx:  # no room: a plain step
+                inputs.append((r.root.view(1), None, None, None))
+                tries.append(None)
+            else:
+                tries.append(tree_on(parents, device) if nodes else None)
+                inputs.append(step_inputs(grid, nodes, tries[-1], device))
+        h = feed(target, cache, [x[0] for x in inputs], [x[1] for x in inputs], [x[2] for x in inputs])  # ONE forward
+        produced = {}
+        for b, r in enumerate(rows):
+            x, new_mask, _, at = inputs[b]
+            if new_mask is None:  # the plain step; the window stays, but its root is always the newest token
+                r.root = sample(sampling.probs(target.lm_head(h[b][0])), r.generator)
+                r.grid[0][0], produced[r.id] = int(r.root), Step([int(r.root)], [TARGET])
+                continue
+            produced[r.id], r.root, top = step_outputs(target, cache, b, before[b], r.grid, x, h[b], at, tries[b],
+                                                       accept, sampling, r.generator)
+            if len(r.grid) == ngram - 1:  # a full window: each column, topped by its output, is an n-gram
+                for c in range(window):
+                    r.pool.add([row[c] for row in r.grid] + [top[c]])
+            r.grid = slide(r.grid, top, int(r.root), ngram, r.fill)
+        done = yield produced

@@ -24,16 +24,16 @@ renormalised). At temperature 0 the `greedy` rule is plain greedy decoding, toke
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass
 
 import torch
 
-from .decoding import TARGET, Step, verify_tree
+from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .kvcache import KVCache
 from .model import GPT
-from .sampling import Sampling, sample
+from .sampling import Sampling
 from .tree import chain, tree_on
-from .verify import RULES, SAMPLED
+from .verify import tree_rule
 
 
 class NgramIndex:
@@ -76,35 +76,38 @@ class NgramIndex:
         return []
 
 
+@dataclass
+class LookupRow(Row):
+    index: NgramIndex | None = None  # the row's text so far, by its n-grams
+
+
 @torch.no_grad()
-def lookup(target: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None, max_len: int,
-           k: int = 8, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Iterator[Step]:
-    """Prompt lookup decoding; yields one `Step` per target forward pass.
+def lookup(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
+           k: int = 8, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Steps:
+    """Prompt lookup decoding of every row (prompt) at once; yields what each target forward gave
+    each row (`decoding.py`). Each row looks up its own text; rows with nothing to propose take a
+    plain step in the same forward as the others' chains.
 
     k: tokens proposed per step; max_ngram: the longest suffix looked up; rule: a name from
     `verify.RULES` that needs no draft distribution (greedy at temperature 0, pointmass for
     exact sampling; typical is not lossless). cache: reused if given (emptied first)."""
-    if rule not in RULES or rule in SAMPLED:
-        raise ValueError(f"rule {rule!r} cannot judge looked-up tokens: use greedy, pointmass or typical")
-    accept, device = RULES[rule], target.lm_head.weight.device
-    cache = cache if cache is not None else KVCache.for_model(target, max_len)
-    cache.truncate(0)
-    n_ctx = target.config.n_ctx
-    index = NgramIndex(max_ngram, prompt)
-    logits = target(torch.tensor([prompt], device=device), cache=cache)[0][0, -1]  # prefill
-    root = sample(sampling.probs(logits), generator)  # the first new token: plain decoding
-    index.extend([int(root)])
-    yield Step([int(root)], [TARGET])
-    while cache.length < max_len:
-        L = cache.length
-        room = min(k, max_len - L - 1, n_ctx - 1 - L)  # the chain's slots and positions must exist
-        proposal = index.propose(room) if room > 0 else []  # 1. propose
-        if proposal:  # 2-4. verify the chain, keep the accepted prefix
-            tokens, tree = torch.tensor(proposal, device=device), tree_on(chain(len(proposal)).parents, device)
-            step, root, _ = verify_tree(target, cache, root, tokens, tree, accept, sampling, None, generator)
-        else:  # nothing to look up: a plain step
-            logits = target(root.view(1, 1), cache=cache)[0][0, -1]
-            root = sample(sampling.probs(logits), generator)
-            step = Step([int(root)], [TARGET])
-        index.extend(step.tokens)
-        yield step
+    accept, device, n_ctx = tree_rule(rule, draft_free=True), target.lm_head.weight.device, target.config.n_ctx
+    cache = ready(cache, target, len(prompts), max_len + k + 1)
+    rows = new_rows(prompts, generators, LookupRow)
+    prefill(target, cache, rows, sampling)
+    for r in rows:
+        r.index = NgramIndex(max_ngram, r.seq + [int(r.root)])
+    done = yield first_steps(rows)
+    while rows := leave(rows, done, [cache], max_len):
+        proposals = []
+        for b, r in enumerate(rows):  # 1. propose
+            room = min(k, max_len - cache.lengths[b] - 1, n_ctx - 1 - cache.lengths[b])  # the chain's slots and positions
+            guess = r.index.propose(room) if room > 0 else []  # nothing to look up: a plain step
+            proposals.append((torch.tensor(guess, device=device), tree_on(chain(len(guess)).parents, device), None)
+                             if guess else None)
+        # 2-4. one target forward over roots and chains, each row's rule, its cache compacted to its accepted prefix
+        produced = {}
+        for r, (step, _) in zip(rows, verify_trees(target, cache, rows, proposals, accept, sampling)):
+            r.index.extend(step.tokens)
+            produced[r.id] = step
+        done = yield produced

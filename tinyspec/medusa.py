@@ -32,20 +32,21 @@ from h are candidates for the token i places after the root:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Protocol
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .decoding import TARGET, Step, verify_tree
+from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, sample
 from .tree import Tree
-from .verify import RULES, SAMPLED
+from .verify import SAMPLED, tree_rule
 
 
 class ResBlock(nn.Module):
@@ -115,36 +116,57 @@ def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, sampled: 
     return top[depth[1:], ranks], None
 
 
-@torch.no_grad()
-def medusa(target: GPT, heads: MedusaHeads, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
-           max_len: int, tree: Tree, rule: str = "greedy", cache: KVCache | None = None,
-           forward: Callable | None = None) -> Iterator[Step]:
-    """Medusa decoding; yields one `Step` per target forward pass.
+class TreeChooser(Protocol):
+    """What chooses the tree step by step (`auto.BatchPolicy`): a tree, or none (a plain step)."""
+    largest: int  # nodes of the largest tree it may choose
 
-    rule: a name from `verify.RULES` (lossless rules at T > 0: pointmass, or lossless with
-    sampled trees). cache: reused if given (emptied first). forward(tokens, L) verifies the root
-    and the tree over it (default: the model's own forward with the tree's positions and mask;
-    `fastpath.fixed_forward` makes a fixed-shape one)."""
-    if rule not in RULES or rule == "block":
-        raise ValueError(f"unknown tree acceptance rule {rule!r}: use one of greedy, typical, lossless, pointmass")
-    device = target.lm_head.weight.device
-    tree = tree.to(device)
-    accept, sampled = RULES[rule], rule in SAMPLED
-    cache = cache if cache is not None else KVCache.for_model(target, max_len)
-    cache.truncate(0)
-    n_ctx = target.config.n_ctx
-    h = target.hidden(torch.tensor([prompt], device=device), cache=cache)[0, -1]  # (C,) at the last prompt token
-    root = sample(sampling.probs(target.lm_head(h)), generator)  # the first new token: plain decoding
-    yield Step([int(root)], [TARGET])
-    while cache.length < max_len:
-        L = cache.length
-        if L + 1 + len(tree) > max_len or L + tree.max_depth >= n_ctx:  # no room for a tree: a plain step
-            logits, hidden = target(root.view(1, 1), cache=cache)
-            h, root = hidden[0, -1], sample(sampling.probs(logits[0, -1]), generator)
-            yield Step([int(root)], [TARGET])
-            continue
-        tokens, q = propose(heads(h, target.lm_head), tree, sampling, sampled, generator)  # 1. propose
-        # 2-4. one target forward over root and tree, the rule, the cache compacted to the accepted path
-        step, root, hidden = verify_tree(target, cache, root, tokens, tree, accept, sampling, q, generator, forward)
-        h = hidden[-1]  # the hidden state of the last accepted token: the heads' next input
-        yield step
+    def choose(self, rows: int) -> Tree | None: ...  # the tree for this step at this many rows
+
+    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None) -> None: ...  # what it accepted
+
+
+@dataclass
+class MedusaRow(Row):
+    h: torch.Tensor | None = None  # the hidden state the heads read: the root's parent's
+
+
+@torch.no_grad()
+def medusa(target: GPT, heads: MedusaHeads, prompts: list[list[int]], sampling: Sampling, generators: list,
+           max_len: int, tree: Tree | TreeChooser, rule: str = "greedy", cache: KVCache | None = None,
+           forward: Callable | None = None) -> Steps:
+    """Medusa decoding of every row (prompt) at once; yields what each target forward gave each
+    row (`decoding.py`). The heads read every row's hidden state in one call, each row's tree is
+    filled from its own guesses, one target forward verifies all trees.
+
+    tree: the same tree every step, or a `TreeChooser` (`auto.BatchPolicy`) that picks one (or
+    none) per step. rule: a name from `verify.RULES` (lossless rules at T > 0: pointmass, or
+    lossless with sampled trees). cache: reused if given (emptied first). forward(tokens, L):
+    batch 1, verifies the root and the tree over it (`fastpath.fixed_forward` makes a
+    fixed-shape one; default: `decoding.feed`)."""
+    accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
+    policy = None if isinstance(tree, Tree) else tree
+    tree = None if policy else tree.to(device)
+    cache = ready(cache, target, len(prompts), max_len + (policy.largest if policy else len(tree)) + 1)
+    rows = new_rows(prompts, generators, MedusaRow)
+    for r, h in zip(rows, prefill(target, cache, rows, sampling)):
+        r.h = h[-1]  # (C,) at the last prompt token
+    done = yield first_steps(rows)
+    while rows := leave(rows, done, [cache], max_len):
+        step_tree = policy.choose(len(rows)) if policy else tree  # None: a plain step for every row
+        proposals = [None] * len(rows)
+        if step_tree is not None:
+            head_logits = heads(torch.stack([r.h for r in rows]), target.lm_head)  # (K, B, V): 1. propose
+            for b, r in enumerate(rows):
+                L = cache.lengths[b]
+                if L + 1 + len(step_tree) <= max_len and L + step_tree.max_depth < target.config.n_ctx:  # else no room
+                    tokens, q = propose(head_logits[:, b], step_tree, sampling, sampled, r.generator)
+                    proposals[b] = (tokens, step_tree, q)
+        # 2-4. one target forward over roots and trees, each row's rule, its cache compacted to its accepted path
+        produced = {}
+        for r, (step, hidden) in zip(rows, verify_trees(target, cache, rows, proposals, accept, sampling,
+                                                        forward if policy is None else None)):
+            r.h, produced[r.id] = hidden[-1], step  # the hidden state of the last accepted token: the heads' next input
+        if policy:  # it times the step itself, from its choice to now (the tokens are on the host: the step is done)
+            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], step_tree,
+                          len(rows))
+        done = yield produced

@@ -18,8 +18,6 @@ from typing import Callable
 import torch
 
 from .auto import BatchPolicy
-from .batch import (autoregressive_batch, eagle_batch, lookahead_batch, lookup_batch, medusa_batch,
-                    speculative_batch)
 from .cli import die, refuse_other_kind
 from .decoding import autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
@@ -95,17 +93,17 @@ def load_eagle(path: str | Path, target: GPT, device, dtype) -> EagleHead:
 # ---- the decoding method, ready for prompt after prompt -------------------------------------
 
 class Decoder:
-    """One decoding method over loaded models: `steps(prompt, ...)` is its decoding loop for one
-    prompt, `batch_steps(prompts, ...)` its batched loop (batch.py) for several at once. The
-    caches of batch 1 (and, with cuda_graph, the recorded forwards) are made once, here, and
-    every prompt reuses them: recording a CUDA graph costs several forwards. A batch makes its own.
+    """One decoding method over loaded models: `batch_steps(prompts, ...)` is its decoding loop
+    for several prompts at once, `steps(prompt, ...)` for one. The caches of batch 1 (and, with
+    cuda_graph, the recorded forwards) are made once, here, and every prompt reuses them:
+    recording a CUDA graph costs several forwards. A batch makes its own.
 
     method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
     `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
     dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`),
-    "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (batched only: Medusa `heads`
-    with a tree chosen per step by `auto.BatchPolicy`, measured here for batches of up to
-    `batch_size` rows). rule: the acceptance rule's name (verify.RULES); default greedy at
+    "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (Medusa `heads` with a tree, or
+    none, chosen per step by `auto.BatchPolicy`, measured here for batches of up to `batch_size`
+    rows). rule: the acceptance rule's name (verify.RULES); default greedy at
     temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
     sampled). cost: the draft's cost ratio c, for k = "auto". draft_vocab: token ids the draft
     model, the heads or the EAGLE head propose from (`model.DraftVocab`; default: all)."""
@@ -135,70 +133,59 @@ class Decoder:
             drafter.draft_vocab = DraftVocab(head, draft_vocab)
 
     def steps(self, prompt: list[int], sampling, generator, max_new_tokens: int):
-        return self.loop(False, [prompt], sampling, [generator], max_new_tokens)
+        """The loop for one prompt (drive it with `decoding.run`)."""
+        return self.batch_steps([prompt], sampling, [generator], max_new_tokens)
 
     def batch_steps(self, prompts: list[list[int]], sampling, generators: list, max_new_tokens: int):
-        """The batched loop (drive it with `batch.run_batch`): prompt i is row i, generators[i] its own."""
-        return self.loop(True, prompts, sampling, generators, max_new_tokens)
-
-    def loop(self, batched: bool, prompts, sampling, generators, max_new_tokens: int):
-        """The method's loop (`METHODS[method].loop`) for these prompts: its default rule at this
-        temperature, its caches sized for the output plus what one of its steps may feed beyond it."""
+        """The method's loop (`METHODS[method].loop`) for these prompts, prompt i row i, generators[i]
+        its own (drive it with `decoding.run_batch`): its default rule at this temperature, its
+        caches sized for the output plus what one of its steps may feed beyond it. Batch 1 reuses
+        the caches (and the recorded forward) made here."""
         method = METHODS[self.method]
-        if method.batched_only and not batched:
-            raise ValueError(f"--method {self.method} is a batched loop: use batch_steps")
         problem = check_rule(self.method, self.rule, sampling.temperature)
         if problem:
             raise ValueError(problem)
+        if self.forward is not None and len(prompts) > 1:
+            raise ValueError("a recorded forward (cuda_graph) decodes one prompt at a time")
         rule = self.rule or ("greedy" if sampling.temperature == 0 else method.sampled_rule)
         max_len = min(self.n_ctx, max(map(len, prompts)) + max_new_tokens + method.room(self))
-        inputs = (prompts, sampling, generators) if batched else (prompts[0], sampling, generators[0])
-        return method.loop(self, batched, inputs, max_len, rule)
+        own = len(prompts) == 1  # batch 1: the caches made here
+        return method.loop(self, own, (prompts, sampling, generators), max_len, rule)
 
 
-# ---- each method's loop, batch 1 or batched, from a Decoder's models and settings -------------
+# ---- each method's loop from a Decoder's models and settings (own: batch 1, the Decoder's caches) ----
 
-def plain_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
-    if batched:
-        return autoregressive_batch(d.target, *inputs, max_len)
-    return autoregressive(d.target, *inputs, max_len, d.cache, d.forward)
+def plain_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
+    return autoregressive(d.target, *inputs, max_len, d.cache if own else None, d.forward)
 
 
-def draft_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+def draft_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
     k = AdaptiveK(d.cost, d.k_max) if d.k == "auto" else d.k
     # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
     accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-    caches = None if batched else (d.cache, d.draft_cache)
-    return (speculative_batch if batched else speculative)(d.target, d.draft, *inputs, max_len, k, caches, accept)
+    return speculative(d.target, d.draft, *inputs, max_len, k, (d.cache, d.draft_cache) if own else None, accept)
 
 
-def medusa_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
-    if batched:  # auto: a tree chosen per step by the policy
-        return medusa_batch(d.target, d.heads, *inputs, max_len, d.policy or d.tree, rule)
-    return medusa(d.target, d.heads, *inputs, max_len, d.tree, rule, d.cache, d.forward)
+def medusa_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):  # auto: a tree chosen per step by the policy
+    return medusa(d.target, d.heads, *inputs, max_len, d.policy or d.tree, rule, d.cache if own else None, d.forward)
 
 
-def eagle_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
+def eagle_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
     top_k, depth, _ = d.eagle_tree
-    args = (max_len, rule, top_k, depth, eagle_nodes(d), d.tree)
-    if batched:
-        return eagle_batch(d.target, d.heads, *inputs, *args)
-    return eagle(d.target, d.heads, *inputs, *args, d.cache, d.draft_cache)
+    caches = (d.cache, d.draft_cache) if own else (None, None)
+    return eagle(d.target, d.heads, *inputs, max_len, rule, top_k, depth, eagle_nodes(d), d.tree, *caches)
 
 
 def eagle_nodes(d: Decoder) -> int:
     return len(d.tree) if d.tree is not None else d.eagle_tree[2]
 
 
-def lookup_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
-    cache = {} if batched else {"cache": d.cache}  # a batch makes its own BatchKVCache
-    return (lookup_batch if batched else lookup)(d.target, *inputs, max_len, d.k, d.max_ngram, rule, **cache)
+def lookup_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
+    return lookup(d.target, *inputs, max_len, d.k, d.max_ngram, rule, d.cache if own else None)
 
 
-def lookahead_loop(d: Decoder, batched: bool, inputs, max_len: int, rule: str):
-    cache = {} if batched else {"cache": d.cache}
-    return (lookahead_batch if batched else lookahead)(d.target, *inputs, max_len, d.window, d.ngram, d.guesses, rule,
-                                                       **cache)
+def lookahead_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
+    return lookahead(d.target, *inputs, max_len, d.window, d.ngram, d.guesses, rule, d.cache if own else None)
 
 
 @dataclass(frozen=True)
@@ -209,11 +196,10 @@ class Method:
     past the last accepted one), and its loop.
     A new method is one entry of METHODS."""
     summary: str
-    loop: Callable  # (decoder, batched, inputs, max_len, rule) -> the loop's generator of steps
+    loop: Callable  # (decoder, own caches?, (prompts, sampling, generators), max_len, rule) -> the loop
     flags: tuple[str, ...] = ()
     room: Callable[[Decoder], int] = lambda d: 0
     proposes: str = "a tree"  # "nothing", "a sampled chain", "a tree" or "fixed tokens": the rules it takes
-    batched_only: bool = False
     size: str = ""  # how the benchmark names its size: "K", "K|auto", "NODES", "W,N,G" (draft:4, lookahead:3,3,2)
 
     @property
@@ -238,8 +224,8 @@ METHODS = {
                         lookahead_loop, ("window", "ngram", "guesses"),
                         lambda d: (d.window + d.guesses) * (d.ngram - 1), proposes="fixed tokens", size="W,N,G"),
     "auto": Method("Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
-                   "does not (measures forward costs first, a few seconds; batched, see --batch-size)", medusa_loop,
-                   ("heads",), lambda d: d.policy.largest + 1, batched_only=True),
+                   "does not (measures forward costs first, a few seconds, for batches up to --batch-size)", medusa_loop,
+                   ("heads",), lambda d: d.policy.largest + 1),
 }
 
 

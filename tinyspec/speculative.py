@@ -23,11 +23,9 @@ is (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)). `AdaptiveK` picks k to maximise i
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import torch
 
-from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step
+from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step, Steps, feed, last, leave, new_rows, ready, sample_rows
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, residual, sample
@@ -52,54 +50,63 @@ def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, dr
 
 
 @torch.no_grad()
-def speculative(target: GPT, draft: GPT, prompt: list[int], sampling: Sampling, generator: torch.Generator | None,
+def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sampling, generators: list,
                 max_len: int, k: int | AdaptiveK = 4, caches: tuple[KVCache, KVCache] | None = None,
-                accept=accept_or_resample) -> Iterator[Step]:
-    """Draft-model speculative decoding; yields one `Step` per target forward pass.
+                accept=accept_or_resample) -> Steps:
+    """Draft-model speculative decoding of every row (prompt) at once; yields what each target
+    forward gave each row (`decoding.py`).
 
-    Both models keep their own KV cache. Every token of `seq` (prompt + output) is fed to each
-    model exactly once: each forward starts with the tokens that model has not seen yet (the
-    whole prompt the first time, then usually the last correction/bonus token; the draft also
-    catches up on the last proposal after a fully accepted step, and on every token of steps
+    Both models keep their own KV cache. Every token of a row's `seq` (prompt + output) is fed
+    to each model exactly once: each forward starts with the tokens that model has not seen yet
+    (the whole prompt the first time, then usually the last correction/bonus token; the draft
+    also catches up on the last proposal after a fully accepted step, and on every token of steps
     where AdaptiveK chose not to draft). Rejected proposals are cut from both caches with
     `truncate`, so each cache always holds a prefix of `seq`, as plain decoding would build it.
-    `caches` (target's, draft's; emptied first) lets a caller reuse them or look inside them
-    afterwards. `accept`: the acceptance rule, `accept_or_resample` or another chain rule with
-    its signature (`verify.chain_rule` makes one from any rule of verify.py's table)."""
+
+    Each draft forward proposes the next token of every row; one target forward scores every
+    row's proposals, and each row accepts its own prefix with `accept`: `accept_or_resample` or
+    another chain rule with its signature (`verify.chain_rule` makes one from any rule of
+    verify.py's table). k is the same for all rows (an int, or an `AdaptiveK` that learns from
+    all of them), and no more than the row with the least room left allows. `caches` (target's,
+    draft's; emptied first) lets a caller reuse them or look inside them afterwards."""
     device = target.lm_head.weight.device
-    t_cache, d_cache = caches or (KVCache.for_model(target, max_len), KVCache.for_model(draft, max_len))
-    t_cache.truncate(0)
-    d_cache.truncate(0)
+    # a prompt that fills max_len leaves no room for a step: its row ends at once
+    rows = [r for r in new_rows(prompts, generators) if len(r.seq) <= max_len]
+    if not rows:
+        return
+    caches = caches or (None, None)
+    t_cache = ready(caches[0], target, len(rows), max_len + 1 + (k if isinstance(k, int) else k.k_max))
+    d_cache = ready(caches[1], draft, len(rows), 2 * max_len)  # a draft that sat out steps catches up in one
     policy = k if isinstance(k, AdaptiveK) else None
-    seq = list(prompt)
-    while len(seq) <= max_len:  # the target must still be able to read all of seq
-        k_step = min(policy.choose() if policy else k, max_len - len(seq))
-        # 1. the draft proposes k tokens, one forward each
-        unseen = torch.tensor([seq[d_cache.length:]], device=device)
+    while rows:
+        room = min(max_len - len(r.seq) for r in rows)
+        k_step = min(policy.choose() if policy else k, room)
+        # 1. the draft proposes k tokens per row, one forward for all rows each
+        unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
         drafts, qs = [], []
         for _ in range(k_step):
-            logits, _ = draft(unseen, cache=d_cache)
-            qs.append(sampling.probs(logits[0, -1]))  # (V,)
-            drafts.append(sample(qs[-1], generator))
-            unseen = drafts[-1].view(1, 1)
-        # 2. the target scores the unseen tokens and all proposals in one forward
-        new = torch.tensor(seq[t_cache.length:], device=device)
-        x = torch.cat([new, *[d.view(1) for d in drafts]]).view(1, -1)
-        logits, _ = target(x, cache=t_cache)
-        p = sampling.probs(logits[0, -(k_step + 1):])  # (k + 1, V)
-        # 3. accept or reject, left to right
-        drafts = torch.stack(drafts) if drafts else torch.zeros(0, dtype=torch.long, device=device)
-        q = torch.stack(qs) if qs else p[:0]
-        n, token = accept(p, q, drafts, generator)
-        kind = TARGET if k_step == 0 else BONUS if n == k_step else CORRECTION
-        # 4. roll both caches back to exactly the accepted tokens
-        accepted = drafts[:n].tolist()
-        t_cache.truncate(len(seq) + n)
-        d_cache.truncate(min(d_cache.length, len(seq) + n))
-        if policy:
-            policy.update(n, rejected=kind == CORRECTION)
-        seq += accepted + [int(token)]
-        yield Step(accepted + [int(token)], [ACCEPTED] * n + [kind], proposed=k_step)
+            qs.append(sampling.probs(draft.logits(last(feed(draft, d_cache, unseen)))))  # (B, V)
+            drafts.append(torch.stack(sample_rows(qs[-1], rows, sampling)))  # (B,)
+            unseen = list(drafts[-1][:, None])
+        drafts = torch.stack(drafts, 1) if drafts else torch.zeros(len(rows), 0, dtype=torch.long, device=device)  # (B, k)
+        # 2. the target scores every row's unseen tokens and proposals in one forward
+        new = [torch.cat([torch.tensor(r.seq[t_cache.lengths[b]:], device=device), drafts[b]]) for b, r in enumerate(rows)]
+        h = feed(target, t_cache, new)
+        p = sampling.probs(target.lm_head(torch.stack([x[-(k_step + 1):] for x in h])))  # (B, k + 1, V)
+        q = torch.stack(qs, 1) if qs else p[:, :0]  # (B, k, V)
+        # 3. each row accepts or rejects its own proposals, left to right; 4. both caches roll back
+        produced = {}
+        for b, r in enumerate(rows):
+            n, token = accept(p[b], q[b], drafts[b], r.generator)
+            kind = TARGET if k_step == 0 else BONUS if n == k_step else CORRECTION
+            t_cache.truncate(len(r.seq) + n, b)
+            d_cache.truncate(min(d_cache.lengths[b], len(r.seq) + n), b)
+            if policy:
+                policy.update(n, rejected=kind == CORRECTION)
+            produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)], [ACCEPTED] * n + [kind], proposed=k_step)
+            r.seq += produced[r.id].tokens
+        done = yield produced
+        rows = leave(rows, done, [t_cache, d_cache], max_len)
 
 
 class AdaptiveK:

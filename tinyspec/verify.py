@@ -155,3 +155,13 @@ def chain_rule(name: str):
         path, token = rule(tokens, p, chain(k), torch.cat([q[:1], q]), generator)
         return len(path) - 1, token
     return accept
+
+
+def tree_rule(name: str, draft_free: bool = False):
+    """The tree rule `name`, refused (one line) where it cannot judge the proposals: block is a
+    chain rule, and proposals with no draft distribution (draft_free: looked-up or n-gram guesses)
+    cannot be judged by the rules that need q."""
+    if name not in RULES or name in CHAIN_ONLY or (draft_free and name in SAMPLED):
+        raise ValueError(f"rule {name!r} cannot judge these proposals: use greedy, pointmass"
+                         f"{'' if draft_free else ', lossless'} or typical")
+    return RULES[name]
