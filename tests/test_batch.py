@@ -3,13 +3,14 @@ equal plain decoding token for token (B = 1..8, prompts of mixed lengths, every 
 rows equal their batch-1 run with the same generator, and have the target's distribution
 (statistically, per row, with planted bugs that must be caught); each row's cache equals the one
 plain decoding builds."""
+import importlib
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import auto, bench, generate
+from tinyspec import auto, bench, decoding, generate
 from tinyspec.decoding import autoregressive, feed, run, run_batch
 from tinyspec.eagle import eagle
 from tinyspec.kvcache import KVCache
@@ -27,6 +28,8 @@ from test_speculative import chi_square, critical_value, perturbed, save_target_
 from test_verify import mutant
 
 TOL = dict(atol=1e-5, rtol=1e-5)
+speculative_module = importlib.import_module("tinyspec.speculative")  # the module; `speculative` is its loop
+medusa_module = importlib.import_module("tinyspec.medusa")
 
 
 # ---- the cache and the forward ----------------------------------------------------------------
@@ -330,19 +333,18 @@ def test_every_row_has_the_target_distribution(tiny_vocab, name, n_samples):
 
 
 @pytest.mark.slow
-def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab, monkeypatch):
+def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab):
     """A planted batching bug: row b's proposals judged against q of row b - 1 (an off-by-one
     in the per-row loop). Rows of different prompts have different q: the output drifts."""
-    monkeypatch.setattr(batch, "speculative_batch", mutant(batch, "speculative_batch", "accept(p[b], q[b],",
-                                                           "accept(p[b], q[b - 1],"))
-    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "draft"))
+    bad = mutant(speculative_module, "speculative", "accept(p[b], q[b],", "accept(p[b], q[b - 1],")
+    assert_caught(tiny_vocab, lambda ps, gs: bad(tiny_vocab["target"], tiny_vocab["draft"], ps, SAMPLING, gs, 32, 2))
 
 
 @pytest.mark.slow
 def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatch):
     """A planted batching bug: row b's tree judged by the target's logits of row b - 1."""
-    monkeypatch.setattr(batch, "verify_rows", mutant(batch, "verify_rows", "logits = all_logits[b]",
-                                                     "logits = all_logits[b - 1]"))
+    monkeypatch.setattr(medusa_module, "verify_trees", mutant(decoding, "verify_trees", "inputs[b], all_logits[b],",
+                                                              "inputs[b], all_logits[b - 1],"))
     assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))
 
 

@@ -189,6 +189,6 @@ def held_out_tau(target: GPT, head: EagleHead, sequences: np.ndarray, prompt_len
     tokens = steps = 0
     for seq in sequences[:n]:
         max_len = min(target.config.n_ctx, prompt_len + 64 + 17)  # room for the output and one tree
-        res = run(eagle(target, head, seq[:prompt_len].tolist(), Sampling(0.0), None, max_len), 64)
+        res = run(eagle(target, head, [seq[:prompt_len].tolist()], Sampling(0.0), [None], max_len), 64)
         tokens, steps = tokens + len(res.token_ids), steps + res.target_steps
     return tokens / steps
