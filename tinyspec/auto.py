@@ -24,11 +24,9 @@ from typing import Callable
 
 import torch
 
-from .decoding import feed
-from .kvcache import KVCache
 from .medusa import MedusaHeads
 from .model import GPT
-from .timing import interleaved_medians
+from .timing import forward_call, interleaved_medians
 from .tree import Tree, expected_accepted, from_accuracies
 
 
@@ -40,16 +38,8 @@ def measure_costs(target: GPT, heads: MedusaHeads, max_rows: int, widths: list[i
     rows = 1, 2, 4, ..., max_rows, all shapes in turn (`timing.interleaved_medians`), and linear
     in between."""
     device, C = target.lm_head.weight.device, target.config.n_embd
-    context = min(context, target.config.n_ctx - max(widths))
     grid = sorted({2 ** i for i in range(max_rows.bit_length()) if 2 ** i <= max_rows} | {max_rows})
-    caches = {r: KVCache.for_model(target, context + max(widths), r) for r in grid}
-    zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)
-    for r, cache in caches.items():
-        feed(target, cache, [zeros(context)] * r)
-
-    def rewind(cache):  # every timed forward starts from the same `context` cached tokens per row
-        return lambda: [cache.truncate(context, b) for b in range(cache.rows)]
-    calls = {(r, t): (partial(feed, target, caches[r], [zeros(t)] * r), rewind(caches[r])) for r in grid for t in widths}
+    calls = {(r, t): forward_call(target, r, t, context) for r in grid for t in widths}
     calls |= {(r, 0): (partial(heads, torch.zeros(r, C, device=device), target.lm_head), None) for r in grid}
     seconds = interleaved_medians(calls, device)  # keys (rows, 0): the heads
 

@@ -11,7 +11,7 @@
 - `speedup`: tau(alpha, k) and the best speedup over k for each (alpha, c), from
   `speculative.expected_tokens`, `expected_speedup` and `best_k` (tau_and_speedup.png);
 - `cost`: the time of one target forward over n new tokens after 128 cached ones, over that of a
-  one-token forward, measured here with `timing.median_seconds`, interleaved and paired
+  one-token forward, measured here with `timing.forward_call`, interleaved and paired
   (forward_cost.png, and the numbers with the device, threads and torch version in
   forward_cost.json);
 - `bench`: the benchmark's own figures (`plots.write_plots`) from a saved report (`--report`), and
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,10 +40,9 @@ import torch
 from .cli import DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples, load_model, pick_device, run_main, set_threads
 from .files import atomic_write_json
 from .kvcache import KVCache
-from .model import prefix_mask
 from .plots import write_plots
 from .speculative import best_k, expected_speedup, expected_tokens
-from .timing import median_seconds
+from .timing import forward_call, interleaved_medians, interleaved_times
 from .tree import chain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,21 +139,14 @@ def by_method_figure(rows: list[dict], out: Path) -> Path:
 
 
 @torch.no_grad()
-def measure_forward_cost(model, device: torch.device, sizes=COST_SIZES, context: int = 128, rounds: int = 15,
-                         repeats: int = 5) -> list[dict]:
+def measure_forward_cost(model, device: torch.device, sizes=COST_SIZES, context: int = 128,
+                         rounds: int = 75) -> list[dict]:
     """The time of a forward over n new tokens after `context` cached ones, over that of a one-token
     forward, for every n in `sizes` (n = 1 is a plain decoding step; n = k + 1 verifies a draft's k
     proposals, and a tree of n - 1 nodes costs the same). Interleaved and paired, as the benchmark
-    times methods (chapter 12): each round times every n (`median_seconds` of `repeats` calls) and
-    divides by the same round's one-token time; the result is the median ratio over the rounds."""
-    cache = KVCache.for_model(model, context + max(sizes))
-    model(torch.zeros(1, context, dtype=torch.long, device=device), cache=cache)
-    reset = lambda: cache.truncate(context)
-    inputs = {n: torch.zeros(1, n, dtype=torch.long, device=device) for n in sizes}
-    times = {n: [] for n in sizes}
-    for _ in range(rounds):
-        for n in sizes:
-            times[n].append(median_seconds(lambda: model(inputs[n], cache=cache), device, repeats, warmup=1, setup=reset))
+    times methods (chapter 12): each round times every n (`timing.forward_call`) and divides by the
+    same round's one-token time; the result is the median ratio over the rounds."""
+    times = interleaved_times({n: forward_call(model, 1, n, context) for n in sizes}, device, rounds)
     one = times[sizes[0]]
     return [{"tokens": n, "seconds": round(statistics.median(times[n]), 6),
              "plain_steps": round(statistics.median(t / o for t, o in zip(times[n], one)), 3)} for n in sizes]
@@ -225,39 +218,28 @@ def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6
 
 
 @torch.no_grad()
-def eagle_costs(model_path, head_path, context: int = 128, runs: int = 60) -> None:
+def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> None:
     """Print the cost of each piece of an EAGLE step in plain decoding steps (a one-token target
-    forward after `context` cached tokens): the minimum of `runs` timings each, the run least
-    disturbed by other jobs on a shared machine."""
-    import time
+    forward after `context` cached tokens): medians, every piece timed in turn (`timing.py`)."""
     from .methods import load_eagle
     from .eagle import HeadDrafter
-
-    def best(fn, setup=lambda: None):
-        times = []
-        for _ in range(runs):
-            setup()
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
     cpu, L = torch.device("cpu"), context
     t = load_model(model_path, cpu, torch.float32)
     h = load_eagle(head_path, t, cpu, torch.float32)
-    cache, z = KVCache.for_model(t, 512), lambda n: torch.zeros(n, dtype=torch.long)
-    f = t.hidden(z(L)[None], cache=cache)[0]
-    reset = lambda: cache.truncate(L)
-    plain = best(lambda: t(z(1)[None], cache=cache), reset)
-    for n in (8, 16, 32):
-        tr = chain(n)
-        print(f"target forward over the root and {n} nodes: "
-              f"{best(lambda: t(z(n + 1)[None], positions=L + tr.depth, cache=cache, attn_mask=prefix_mask(tr.tree_mask, L)), reset) / plain:.2f}")
+    z = lambda n: torch.zeros(n, dtype=torch.long)
+    calls = {"plain": forward_call(t, 1, 1, L)}
+    calls |= {f"target forward over the root and {n} nodes": forward_call(t, 1, n + 1, L, chain(n)) for n in (8, 16, 32)}
     d = HeadDrafter(h, t, h.new_cache(512))
+    f = t.hidden(z(L)[None])[0]
     d.catch_up(f[:-3], z(L - 3))
     base = d.cache.length
-    print(f"head catch-up (3 pairs) and LM head: {best(lambda: d.catch_up(f[-3:], z(3)), lambda: d.cache.truncate(base)) / plain:.2f}")
+    calls["head catch-up (3 pairs) and LM head"] = (lambda: d.catch_up(f[-3:], z(3)), lambda: d.cache.truncate(base))
     for e in (1, 2, 4, 8):
-        print(f"head forward over {e} nodes and LM head: {best(lambda: d.expand(list(range(e)), [-1] * e, z(e)), d.rollback) / plain:.2f}")
+        calls[f"head forward over {e} nodes and LM head"] = (partial(d.expand, list(range(e)), [-1] * e, z(e)), d.rollback)
+    seconds = interleaved_medians(calls, cpu, rounds)
+    for name, s in seconds.items():
+        if name != "plain":
+            print(f"{name}: {s / seconds['plain']:.2f}")
 
 
 # A table from the saved benchmark: `<!-- bench: FILE key=value ... columns=c1,c2,... -->` on the line

@@ -1,4 +1,10 @@
-"""Honest timing: warm up first, synchronise the GPU around each call, report the median.
+"""Honest timing: warm up first, synchronise the GPU around each call, time competing calls in
+turn, report the median.
+
+Every forward is timed one way, `forward_call`: `decoding.feed`, the very forward every decoding
+loop calls, over rows x t new tokens after a fixed number of cached ones, with the cache set back
+before each call. The benchmark, `--method auto`'s policy, the cost model and the figures all
+time their forwards with it, in turn with whatever they compare them to (`interleaved_times`).
 
 Also the two costs the analytic speedup models need, both measured, never assumed: c, a draft
 forward over a target forward (Leviathan et al.'s cost ratio), and the cost of one tree step
@@ -13,9 +19,10 @@ from typing import Callable
 
 import torch
 
+from .decoding import feed
 from .fastpath import fixed_forward
 from .kvcache import KVCache
-from .model import GPT, prefix_mask
+from .model import GPT
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int = 20, warmup: int = 3,
@@ -40,17 +47,43 @@ def timed(fn: Callable[[], object], setup: Callable[[], object] | None, device: 
     return time.perf_counter() - t0
 
 
-def interleaved_medians(calls: dict, device: torch.device, rounds: int = 7) -> dict:
-    """Median seconds of each of several calls, timed in turn, one call each per round (round 0
-    only warms up), so that a slow spell of a shared machine hits every call alike instead of
-    all the repeats of one. calls: {key: (fn, setup or None)}; setup runs untimed before fn."""
+def interleaved_times(calls: dict, device: torch.device, rounds: int = 7) -> dict:
+    """Seconds of each of several calls in each round, timed in turn, one call each per round
+    (round 0 only warms up), so that a slow spell of a shared machine hits every call alike
+    instead of all the repeats of one; round r's times of two calls make a pair.
+    calls: {key: (fn, setup or None)}; setup runs untimed before fn. Returns {key: [seconds]}."""
     times = {key: [] for key in calls}
     for r in range(rounds + 1):
         for key, (fn, setup) in calls.items():
             seconds = timed(fn, setup, device)
             if r:
                 times[key].append(seconds)
-    return {key: statistics.median(t) for key, t in times.items()}
+    return times
+
+
+def interleaved_medians(calls: dict, device: torch.device, rounds: int = 7) -> dict:
+    """The median of each call's `interleaved_times`."""
+    return {key: statistics.median(t) for key, t in interleaved_times(calls, device, rounds).items()}
+
+
+def forward_call(model: GPT, rows: int, t: int, context: int, tree=None) -> tuple[Callable, Callable]:
+    """(fn, setup) for timing one forward of `model` as a decoding loop makes it (`decoding.feed`):
+    rows x t new tokens, each row after `context` cached tokens (fewer if the context window is
+    shorter), causally or (tree) as the root and the tree's t - 1 nodes; setup truncates the
+    cache back, so that every timed call sees the same cache."""
+    device = model.lm_head.weight.device
+    context = min(context, model.config.n_ctx - t)
+    cache = KVCache.for_model(model, context + t, rows)
+    zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)
+    with torch.no_grad():
+        feed(model, cache, [zeros(context)] * rows)
+    masks = None if tree is None else [tree.tree_mask.to(device)] * rows
+    offsets = None if tree is None else [tree.depth.to(device)] * rows
+
+    def fn():
+        with torch.no_grad():
+            return feed(model, cache, [zeros(t)] * rows, masks, offsets)
+    return fn, lambda: [cache.truncate(context, b) for b in range(rows)]
 
 
 def copy_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
@@ -67,39 +100,33 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 @torch.no_grad()
-def cost_ratio(target: GPT, draft: GPT, context: int = 64, repeats: int = 20) -> float:
+def cost_ratio(target: GPT, draft: GPT, context: int = 64, rounds: int = 20) -> float:
     """c: the median time of one single-token draft forward over one target forward, each with
-    `context` tokens in its cache (fewer if the context window is shorter), after a warm-up."""
-    def forward_time(model: GPT) -> float:
-        device = model.lm_head.weight.device
-        n = min(context, model.config.n_ctx - 1)
-        cache = KVCache.for_model(model, n + 1)
-        model(torch.zeros(1, n, dtype=torch.long, device=device), cache=cache)
-        x = torch.zeros(1, 1, dtype=torch.long, device=device)
-        # every timed forward sees the same n cached tokens
-        return median_seconds(lambda: model(x, cache=cache), device, repeats, setup=lambda: cache.truncate(n))
-    return forward_time(draft) / forward_time(target)
+    `context` tokens in its cache, timed in turn."""
+    calls = {"target": forward_call(target, 1, 1, context), "draft": forward_call(draft, 1, 1, context)}
+    t = interleaved_medians(calls, target.lm_head.weight.device, rounds)
+    return t["draft"] / t["target"]
 
 
 @torch.no_grad()
-def step_cost(target: GPT, tree, propose: Callable[[], object], context: int = 128, repeats: int = 10,
+def step_cost(target: GPT, tree, propose: Callable[[], object], context: int = 128, rounds: int = 10,
               cuda_graph: bool = False) -> float:
     """Time of one tree step (`propose()`, then a target forward over the root and `tree`) over
-    one plain decoding step, both after `context` cached tokens; medians after a warm-up.
+    one plain decoding step, both after `context` cached tokens; medians, timed in turn.
     cuda_graph: both forwards as the recorded fixed-shape ones that decoding then uses."""
     device = target.lm_head.weight.device
     tree = tree.to(device)
-    n_ctx = target.config.n_ctx
-    cache = KVCache.for_model(target, n_ctx if cuda_graph else context + len(tree) + 1)
     if cuda_graph:  # recorded while the cache is empty, as decoding does
+        cache = KVCache.for_model(target, target.config.n_ctx)
         plain, verify = fixed_forward(target, cache), fixed_forward(target, cache, tree)
+        target(torch.zeros(1, context, dtype=torch.long, device=device), cache=cache)
+        x1 = torch.zeros(1, dtype=torch.long, device=device)
+        xt = torch.zeros(len(tree) + 1, dtype=torch.long, device=device)
+        reset = lambda: cache.truncate(context)
+        calls = {"plain": (lambda: plain(x1, context), reset), "tree": (lambda: (propose(), verify(xt, context)), reset)}
     else:
-        plain = lambda x, L: target(x[None], cache=cache)
-        verify = lambda x, L: target(x[None], positions=L + tree.depth, cache=cache, attn_mask=prefix_mask(tree.tree_mask, L))
-    target(torch.zeros(1, context, dtype=torch.long, device=device), cache=cache)
-    x1 = torch.zeros(1, dtype=torch.long, device=device)
-    xt = torch.zeros(len(tree) + 1, dtype=torch.long, device=device)
-    reset = lambda: cache.truncate(context)
-    plain_time = median_seconds(lambda: plain(x1, context), device, repeats, setup=reset)
-    tree_time = median_seconds(lambda: (propose(), verify(xt, context)), device, repeats, setup=reset)
-    return tree_time / plain_time
+        (plain, reset_plain), (verify, reset_tree) = forward_call(target, 1, 1, context), \
+            forward_call(target, 1, len(tree) + 1, context, tree)
+        calls = {"plain": (plain, reset_plain), "tree": (lambda: (propose(), verify()), reset_tree)}
+    t = interleaved_medians(calls, device, rounds)
+    return t["tree"] / t["plain"]
