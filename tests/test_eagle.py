@@ -308,8 +308,10 @@ STATIC = dict(tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule, setting", [("lossless", TREE), ("pointmass", TREE), ("lossless", STATIC)],
-                         ids=["lossless-dynamic", "pointmass-dynamic", "lossless-static"])
+@pytest.mark.parametrize("rule, setting", [("lossless", TREE), ("pointmass", TREE), ("lossless", STATIC),
+                                           ("traversal", TREE), ("traversal", STATIC)],
+                         ids=["lossless-dynamic", "pointmass-dynamic", "lossless-static", "traversal-dynamic",
+                              "traversal-static"])
 def test_sampled_eagle_has_the_target_distribution(tiny_vocab, rule, setting):
     target, exact, head = tiny_vocab
     stat, dof = chi_square(three_token_counts(target, head, rule, 4000, **setting), exact)

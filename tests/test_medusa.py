@@ -86,7 +86,7 @@ def test_greedy_medusa_equals_plain_decoding_on_every_tree_shape(counting_gpt, t
     assert accepted > 100 and rejected > 10  # long accepted paths and corrections both happened
 
 
-@pytest.mark.parametrize("rule", ["pointmass", "lossless"])
+@pytest.mark.parametrize("rule", ["pointmass", "lossless", "traversal"])
 def test_lossless_rules_at_temperature_zero_are_greedy_decoding(counting_gpt, trained_heads, rule):
     rng = random.Random(2)
     for name, tree in TREES.items():

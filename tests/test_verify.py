@@ -2,6 +2,7 @@
 (statistically, on a model small enough to enumerate), typical acceptance is shown to drift, and
 planted bugs (the rule's own source with one line changed) are caught."""
 import inspect
+import itertools
 import textwrap
 
 import pytest
@@ -60,6 +61,29 @@ def test_lossless_tree_sampling_has_the_target_distribution(tiny_vocab):
     target, exact, heads = tiny_vocab
     stat, dof = chi_square(three_token_counts(target, heads, "lossless", 6000), exact)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
+
+
+@pytest.mark.slow
+def test_traversal_verification_of_a_sampled_tree_has_the_target_distribution(tiny_vocab):
+    target, exact, heads = tiny_vocab
+    stat, dof = chi_square(three_token_counts(target, heads, "traversal", 6000), exact)
+    assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("old, new", [
+    ("weight * float(P[x])", "float(P[x])"),  # a node's weight from its own ratio, not its path's
+    ("P = R / S if S > 0 else P", "P = P"),  # a rejected subtree leaves its parent's P as it was
+    ("weight = S / (S + 1.0 - weight) if", "weight = weight if"),  # the parent's weight not lowered by the rejection
+    ("return [node], sample(P, generator)", "return [node], sample(p[node], generator)"),  # next token from p
+], ids=["no-product", "no-residual", "weight-kept", "next-from-p"])
+def test_planted_bugs_in_traversal_verification_are_caught(tiny_vocab, old, new, monkeypatch):
+    """Each bug is caught on the sampled tree (siblings at two depths); the chain of the draft
+    model sees only the ones a chain can show."""
+    target, exact, heads = tiny_vocab
+    monkeypatch.setitem(verify.RULES, "traversal", mutant(verify, "traversal", old, new))
+    stat, dof = chi_square(three_token_counts(target, heads, "traversal", 3000), exact)
+    assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the bug went unnoticed"
 
 
 @pytest.mark.slow
@@ -128,7 +152,7 @@ def mutant(module, name: str, old: str, new: str):
     return namespace[name]
 
 
-@pytest.mark.parametrize("rule", ["block", "pointmass", "lossless"])
+@pytest.mark.parametrize("rule", ["block", "pointmass", "lossless", "traversal"])
 def test_chain_rules_reproduce_the_target_two_token_distribution(rule):
     p1, p2, p3, q1, q2 = context_dependent_tables()
     counts, _ = chain_outputs(chain_rule(rule), p1, p2, p3, q1, q2, 6000)
@@ -161,6 +185,87 @@ def test_block_verification_accepts_more_on_the_papers_example():
     _, token_level = chain_outputs(accept_or_resample, *tables, 8000)
     _, block = chain_outputs(chain_rule("block"), *tables, 8000)
     assert token_level == pytest.approx(10 / 9, abs=0.03) and block == pytest.approx(11 / 9, abs=0.03)
+
+
+def traversal_visit(node, w, P, tree):
+    """The traversal walk of `verify.traversal`'s docstring, every coin weighed by its probability:
+    [(probability, accepted tokens below node, next-token distribution)], and P(all rejected)."""
+    kids, tok, p, q = tree
+    out, carry = [], 1.0
+    for c in kids[node]:
+        found, rejected = traversal_visit(c, min(1.0, w * P[tok[c]] / q[c][tok[c]]), p[c], tree)
+        out += [(pr * carry, [tok[c]] + path, nd) for pr, path, nd in found]
+        carry *= rejected
+        R = (w * P - q[c]).clamp(min=0)
+        S = float(R.sum())
+        w, P = (S / (S + 1 - w) if S + 1 - w > 0 else 1.0), (R / S if S > 0 else P)
+    return out + [(carry * w, [], P)], carry * (1 - w)
+
+
+def top_down_visit(node, w, P, tree):
+    """SpecInfer's walk (`verify.lossless`), likewise: a child is accepted with min(1, P(x) / q(x))."""
+    kids, tok, p, q = tree
+    out, carry = [], 1.0
+    for c in kids[node]:
+        accept = min(1.0, float(P[tok[c]] / q[c][tok[c]]))
+        found, _ = top_down_visit(c, 1.0, p[c], tree)
+        out += [(pr * carry * accept, [tok[c]] + path, nd) for pr, path, nd in found]
+        carry *= 1 - accept
+        R = (P - q[c]).clamp(min=0)
+        P = R / R.sum() if R.sum() > 0 else P
+    return out + [(carry, [], P)], 0.0
+
+
+def walk_enumerated(visit, shape, seed, W=3):
+    """A walk enumerated exactly on depth-2 trees: the root's two children a, b ~ q1 (i.i.d.), and
+    two children y ~ q2[x] below each child x that shape(a, b, q1) expands. Every draw and every
+    coin weighed by its probability, independently of the code under test. Returns (the total
+    variation of the first two output tokens from the target's p1 x p2, expected accepted tokens)."""
+    p1, p2, p3, q1, q2 = (t.double() / t.double().sum(-1, keepdim=True) for t in context_dependent_tables(W=W, seed=seed))
+    dist, accepted = torch.zeros(W, W, dtype=torch.float64), 0.0
+    for a, b in itertools.product(range(W), repeat=2):
+        expanded = [e for e in shape(a, b, q1) for _ in range(2)]
+        for ys in itertools.product(range(W), repeat=len(expanded)):
+            kids, tok, p, q = {0: [1, 2], 1: [], 2: []}, {1: a, 2: b}, {0: p1, 1: p2[a], 2: p2[b]}, {1: q1, 2: q1}
+            weight = float(q1[a] * q1[b])
+            for n, (parent, y) in enumerate(zip(expanded, ys), start=3):
+                kids[parent].append(n)
+                kids[n], tok[n], p[n], q[n] = [], y, p3[tok[parent], y], q2[tok[parent]]
+                weight *= float(q2[tok[parent]][y])
+            found, rejected = visit(0, 1.0, p1, (kids, tok, p, q))
+            assert rejected < 1e-12  # the root is always accepted in the end
+            for pr, path, nd in found:
+                accepted += weight * pr * len(path)
+                if len(path) >= 2:
+                    dist[path[0], path[1]] += weight * pr
+                elif path:
+                    dist[path[0]] += weight * pr * nd
+                else:
+                    dist += weight * pr * nd[:, None] * p2
+    return float((dist - p1[:, None] * p2).abs().sum() / 2), accepted
+
+
+@pytest.mark.parametrize("shape", [lambda a, b, q: [1, 2], lambda a, b, q: [1] if a == b else [1, 2],
+                                   lambda a, b, q: [1] if q[a] >= q[b] else [2]],
+                         ids=["static", "repeat-not-expanded", "likelier-expanded"])
+@pytest.mark.parametrize("seed", [1, 2, 46])
+def test_traversal_walk_is_exact_and_accepts_more_than_the_top_down_one(shape, seed):
+    """Exactly, not statistically: the walk keeps the target's distribution also where the tree's
+    shape depends on the drawn tokens (EAGLE-2's sampled tree expands the likelier node, and not a
+    repeated one), and accepts more than SpecInfer's top-down walk on the same trees."""
+    tv, traversal_accepted = walk_enumerated(traversal_visit, shape, seed)
+    tv_top_down, top_down_accepted = walk_enumerated(top_down_visit, shape, seed)
+    assert tv < 1e-9 and tv_top_down < 1e-9
+    assert traversal_accepted > top_down_accepted
+
+
+def test_traversal_is_block_verification_on_a_chain():
+    """On a chain the traversal walk is block verification: the same expected accepted count
+    (11/9 on Sun et al.'s example, against 10/9 token by token)."""
+    p, q = torch.tensor([1 / 3, 2 / 3]), torch.tensor([2 / 3, 1 / 3])
+    tables = (p, p.expand(2, 2), p.expand(2, 2, 2), q, q.expand(2, 2))
+    _, accepted = chain_outputs(chain_rule("traversal"), *tables, 8000)
+    assert accepted == pytest.approx(11 / 9, abs=0.03)
 
 
 def test_block_refuses_a_branching_tree():

@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "for lookup and lookahead). lossless: "
                     "exact sampling, with proposals sampled from the draft/heads; pointmass: exact sampling of "
                     "top-k (deterministic) proposals; block: block verification of a draft's chain (exact, accepts "
-                    "at least as much as lossless); typical: Medusa's fast rule, which does NOT keep the target's "
+                    "at least as much as lossless); traversal: traversal verification of a sampled tree or chain "
+                    "from the leaves up (exact, accepts at least as much as lossless); typical: Medusa's fast rule, which does NOT keep the target's "
                     "distribution")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch",
                     help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "

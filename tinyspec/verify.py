@@ -31,6 +31,10 @@ and they sit in one table, `RULES`, by name:
 - `block`: block verification of a chain (Sun, Mendlovic, Leviathan et al., ICLR 2025,
   Algorithm 2): judges the whole block jointly; never fewer expected tokens per step than the
   token-by-token rule, same output distribution.
+- `traversal`: traversal verification (Weng et al., NeurIPS 2025): block verification's
+  sequence-level acceptance carried to a sampled tree, judged from the leaves up; a rejected
+  subtree leaves its parent a residual instead of ending the walk. Exact when siblings were
+  drawn independently from q, as for `lossless`; on a chain it is block verification.
 
 `SAMPLED` names the rules whose exactness needs the nodes drawn from q. `chain_rule` turns any
 rule into the draft model's chain signature (`speculative.accept_or_resample`'s).
@@ -137,8 +141,47 @@ def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
     return path, sample(residual(p_tau * p[tau], q[tau + 1]), generator)
 
 
-RULES = {"greedy": greedy, "typical": typical, "lossless": lossless, "pointmass": pointmass, "block": block}
-SAMPLED = {"lossless", "block"}  # exact only when each node was drawn from its q
+def traversal(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
+    """Traversal verification (Weng et al. 2025, arXiv:2505.12398), in block verification's
+    notation: node a, drawn from q_a = q[a] below its parent b, has the sequence-level weight
+
+        p_a = min(1, p_b p(x_a | b) / q_a(x_a)),   p_root = 1,
+
+    the chance of accepting the whole path root..a at once. The walk visits the tree depth first,
+    from the leaves up (post-order): a node whose children are all gone (a leaf, at first) is
+    accepted with probability p_a, and with it its path; the next token then comes from the
+    node's target distribution P_a, which is p(. | a) until a child is rejected. A rejected node
+    is deleted, and its parent b keeps what the rejected subtree did not use:
+
+        R = max(0, p_b P_b - q_a),   S = sum R,   P_b <- R / S,   p_b <- S / (S + 1 - p_b)
+
+    (block verification's h_i and residual). Its next children are then judged against the new
+    p_b and P_b. The root's weight stays 1: if every node is rejected, the root's residual gives
+    the next token. On a chain this is block verification; at depth 1, SpecInfer's rule.
+    Unlike the top-down walk, a deep path can be accepted although a token-level test on its
+    first node would have failed: p_a weighs the whole path."""
+    def visit(node: int, weight: float, P: torch.Tensor):
+        """The subtree below `node` (its weight and target distribution): (path, next token) if
+        a path through it is accepted, or None if the whole subtree, node included, is rejected."""
+        for child in tree.children(node):
+            x, q_child = int(tokens[child]), q[child]
+            found = visit(child, min(1.0, weight * float(P[x]) / float(q_child[x])), p[child])
+            if found is not None:
+                return [node] + found[0], found[1]
+            R = (weight * P - q_child).clamp(min=0)  # the subtree below child is gone: node keeps R
+            S = float(R.sum())
+            weight = S / (S + 1.0 - weight) if S + 1.0 - weight > 0 else 1.0  # (S = 0 and weight 1: p = q, kept)
+            P = R / S if S > 0 else P
+        if float(torch.rand((), device=p.device, generator=generator)) < weight:
+            return [node], sample(P, generator)
+        return None
+    path, nxt = visit(0, 1.0, p[0])  # the root's weight is 1: it is always accepted in the end
+    return torch.tensor(path, device=tokens.device), nxt
+
+
+RULES = {"greedy": greedy, "typical": typical, "lossless": lossless, "pointmass": pointmass, "block": block,
+         "traversal": traversal}
+SAMPLED = {"lossless", "block", "traversal"}  # exact only when each node was drawn from its q
 CHAIN_ONLY = {"block"}
 
 
