@@ -56,7 +56,7 @@ def test_grow_tree_on_the_docstring_example():
                 x = parents[x]
             out.append(torch.tensor(table[tuple(path[::-1])]).log())
         return torch.stack(out)
-    parents, tokens = grow_tree(torch.tensor(dist({a: 0.6, b: 0.25})).log(), expand, k=2, depth=3, nodes=4)
+    parents, tokens = grow_tree(torch.tensor(dist({a: 0.6, b: 0.25})).log(), expand, top_k=2, depth=3, total_tokens=4)
     assert parents == [-1, -1, 0, 2] and tokens.tolist() == [a, b, c, g]
 
 
@@ -200,8 +200,8 @@ def test_resumed_training_equals_straight_training(counting_gpt, counting_data):
 
 # ---- decoding against plain decoding --------------------------------------------------------
 
-SETTINGS = [dict(k=1, depth=4, nodes=4), dict(k=2, depth=3, nodes=6), dict(k=4, depth=5, nodes=16),
-            dict(k=3, depth=6, nodes=24), dict(tree=from_choices([(0,), (1,), (0, 0), (0, 1), (0, 0, 0), (1, 0)]))]
+SETTINGS = [dict(top_k=1, depth=4, total_tokens=4), dict(top_k=2, depth=3, total_tokens=6),
+            dict(top_k=4, depth=5, total_tokens=16), dict(top_k=3, depth=6, total_tokens=24), dict(tree=from_choices([(0,), (1,), (0, 0), (0, 1), (0, 0, 0), (1, 0)]))]
 
 
 def test_greedy_eagle_equals_plain_decoding(counting_gpt, trained_head):
@@ -232,7 +232,7 @@ def test_greedy_eagle_equals_plain_decoding_on_random_models():
             assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason, f"seed {seed}, {setting}"
     prompt = [rng.randrange(64) for _ in range(70)]  # to the end of the context, with a tree wider than its budget
     plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 60)
-    res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, k=6, depth=6, nodes=8), 60)
+    res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, top_k=6, depth=6, total_tokens=8), 60)
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
@@ -303,7 +303,7 @@ def three_token_counts(target, head, rule, n, patch=None, **setting):
     return counts
 
 
-TREE = dict(k=2, depth=3, nodes=6)  # a dynamic tree that branches at every depth
+TREE = dict(top_k=2, depth=3, total_tokens=6)  # a dynamic tree that branches at every depth
 STATIC = dict(tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)))
 
 

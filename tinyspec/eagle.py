@@ -119,53 +119,53 @@ class EagleHead(nn.Module):
 # ---- the draft tree --------------------------------------------------------------------------
 #
 # A tree grows as lists: parents[i] (-1 = child of the root) and tokens[i], in the order nodes
-# are made, which is topological. `expand(nodes, parents, tokens)` runs the head once over the
+# are made, which is topological. `expand(node_ids, parents, tokens)` runs the head once over the
 # listed nodes (each on its parent's predicted feature and its own token, seeing its ancestors)
-# and returns their logits (len(nodes), V): the draft's distribution of each node's children.
+# and returns their logits (len(node_ids), V): the draft's distribution of each node's children.
 
-def grow_tree(root_logits: torch.Tensor, expand: Callable, k: int, depth: int, nodes: int):
-    """EAGLE-2's dynamic tree (Li et al. 2024, Section 4): the `nodes` draft tokens most likely to
-    be accepted, from `depth - 1` head forwards. Returns (parents, tokens (T,)), T <= nodes.
+def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int):
+    """EAGLE-2's dynamic tree (Li et al. 2024, Section 4): the `total_tokens` draft tokens most likely to
+    be accepted, from `depth - 1` head forwards. Returns (parents, tokens (T,)), T <= total_tokens.
 
     root_logits (V,): the head's logits for the root's children. The *value* of a node is the
     product of the draft's probabilities along its path (a sum of log-probabilities here), the
     head's own estimate of the chance that the target accepts the whole path.
 
-    - Expansion: the root's k most likely tokens are depth 1. At each depth d < `depth`, the k
+    - Expansion: the root's top_k most likely tokens are depth 1. At each depth d < `depth`, the top_k
       nodes of depth d with the highest value are expanded: ONE call `expand(those nodes)` gives
-      their logits, and each proposes its k most likely tokens as children, of value
+      their logits, and each proposes its top_k most likely tokens as children, of value
       value(parent) + log q(child).
-    - Rerank: of all nodes made, keep the `nodes` of highest value (ties: the earlier node). A
+    - Rerank: of all nodes made, keep the `total_tokens` of highest value (ties: the earlier node). A
       child's value never exceeds its parent's (log q <= 0), so every kept node's parent is kept:
       the result is a tree. Kept nodes stay in the order they were made, so parents come first.
 
-    Example, k = 2, depth = 3, nodes = 4 (values shown as probabilities):
+    Example, top_k = 2, depth = 3, total_tokens = 4 (values shown as probabilities):
         depth 1: a .6   b .25                  expand a, b:  a -> c 0.5, d 0.3;  b -> e 0.9, f 0.1
         depth 2: c .3   d .18   e .225  f .025 expand c, e:  c -> g 0.8, h 0.1;  e -> i 0.5, j 0.4
         depth 3: g .24  h .03   i .1125 j .09
         keep the 4 best: a .6, c .3, b .25, g .24 -> parents [-1, -1, 0, 2], tokens [a, b, c, g]
     (g, three deep on a likely path, beats e, two deep on an unlikely one.)"""
     logq = torch.log_softmax(root_logits.float(), -1)
-    top = logq.topk(min(k, nodes))
+    top = logq.topk(min(top_k, total_tokens))
     parents, tokens, values = [-1] * top.indices.numel(), [top.indices], [top.values]  # depth 1
     frontier = list(range(len(parents)))
     for _ in range(depth - 1):
         value = torch.cat(values)  # (nodes so far,)
-        chosen = [frontier[i] for i in value[frontier].topk(min(k, len(frontier))).indices.tolist()]
+        chosen = [frontier[i] for i in value[frontier].topk(min(top_k, len(frontier))).indices.tolist()]
         logq = torch.log_softmax(expand(chosen, parents, torch.cat(tokens)[chosen]).float(), -1)  # (e, V)
-        top = logq.topk(k, dim=-1)
-        frontier = list(range(len(parents), len(parents) + k * len(chosen)))
-        parents += [p for p in chosen for _ in range(k)]
+        top = logq.topk(top_k, dim=-1)
+        frontier = list(range(len(parents), len(parents) + top_k * len(chosen)))
+        parents += [p for p in chosen for _ in range(top_k)]
         tokens.append(top.indices.flatten())
-        values.append((value[chosen, None] + top.values).flatten())  # (e * k,): path log-probabilities
+        values.append((value[chosen, None] + top.values).flatten())  # (e * top_k,): path log-probabilities
     value, tokens = torch.cat(values), torch.cat(tokens)
-    order = torch.sort(value, descending=True, stable=True).indices[:nodes]  # stable: parents before children at ties
+    order = torch.sort(value, descending=True, stable=True).indices[:total_tokens]  # stable: parents first at ties
     keep = sorted(order.tolist())
     new = {old: i for i, old in enumerate(keep)}  # old node index -> index in the kept tree
     return [new[parents[i]] if parents[i] >= 0 else -1 for i in keep], tokens[keep]
 
 
-def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, k: int, depth: int, nodes: int,
+def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int,
                       sampling: Sampling, generator):
     """A tree of *sampled* children for the lossless rule: (parents, tokens (T,), q (T+1, V)).
 
@@ -174,16 +174,16 @@ def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, k: int, depth
     depend on their values. Dropping a sampled child because of its own value (EAGLE-2's rerank)
     keeps the likely draws and loses the unlikely ones: the surviving children are no longer
     draws from q, and the output drifts from p. So here:
-    - every expanded node gets a whole *group* of k children drawn i.i.d. from its q (duplicates
+    - every expanded node gets a whole *group* of top_k children drawn i.i.d. from its q (duplicates
       included), and a group, once drawn, is never pruned;
     - which nodes to expand at depth d is decided from what is known at depths <= d (their
       values; a repeated sibling is not expanded again), i.e. before their children are drawn;
-    - the budget is counted in groups, min(k, (nodes - size) // k) expansions per depth, so the
+    - the budget is counted in groups, min(top_k, (total_tokens - size) // top_k) expansions per depth, so the
       tree's size never depends on sampled values.
     A node's children are thus a fixed-size i.i.d. sample whatever happened elsewhere in the tree.
     Row a of q is the distribution node a was drawn from (its parent's), row 0 unused."""
     q_rows = [sampling.probs(root_logits)]  # q_rows[g]: the distribution of group g
-    n = min(k, nodes)
+    n = min(top_k, total_tokens)
     tokens = [sample(q_rows[0].expand(n, -1), generator)]
     parents, group, values = [-1] * n, [0] * n, [q_rows[0][tokens[0]].log()]
     frontier = list(range(n))
@@ -194,19 +194,19 @@ def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, k: int, depth
             if (parents[i], flat[i]) not in seen:
                 seen.add((parents[i], flat[i]))
                 fresh.append(i)
-        e = min(k, len(fresh), (nodes - len(parents)) // k)
+        e = min(top_k, len(fresh), (total_tokens - len(parents)) // top_k)
         if e == 0:
             break
         chosen = [fresh[i] for i in value[fresh].topk(e).indices.tolist()]
         q = sampling.probs(expand(chosen, parents, torch.cat(tokens)[chosen]))  # (e, V)
-        q_each = q.repeat_interleave(k, dim=0)  # (e * k, V): each child's distribution
-        children = sample(q_each, generator)  # (e * k,): k i.i.d. draws per expanded node
-        frontier = list(range(len(parents), len(parents) + e * k))
-        parents += [p for p in chosen for _ in range(k)]
-        group += [len(q_rows) + j for j in range(e) for _ in range(k)]
+        q_each = q.repeat_interleave(top_k, dim=0)  # (e * top_k, V): each child's distribution
+        children = sample(q_each, generator)  # (e * top_k,): top_k i.i.d. draws per expanded node
+        frontier = list(range(len(parents), len(parents) + e * top_k))
+        parents += [p for p in chosen for _ in range(top_k)]
+        group += [len(q_rows) + j for j in range(e) for _ in range(top_k)]
         q_rows += list(q)
         tokens.append(children)
-        values.append(value[chosen].repeat_interleave(k) + q_each.gather(1, children[:, None])[:, 0].log())
+        values.append(value[chosen].repeat_interleave(top_k) + q_each.gather(1, children[:, None])[:, 0].log())
     q = torch.stack(q_rows)[torch.tensor([0] + group, device=root_logits.device)]  # (T+1, V)
     return parents, torch.cat(tokens), q
 
@@ -256,34 +256,34 @@ class HeadDrafter:
         self.feature, self.slot = {-1: f_hat}, {}  # node -> predicted feature f^ / its slot in the cache
         return self.lm_head(f_hat)
 
-    def expand(self, nodes: list[int], parents, tokens: torch.Tensor) -> torch.Tensor:
-        L, n = self.cache.length, len(nodes)
+    def expand(self, node_ids: list[int], parents, tokens: torch.Tensor) -> torch.Tensor:
+        L, n = self.cache.length, len(node_ids)
         mask = torch.zeros(n, L + n, dtype=torch.bool, device=tokens.device)  # (n, keys)
         mask[:, :self.committed] = True  # the text so far
-        for row, node in enumerate(nodes):
+        for row, node in enumerate(node_ids):
             a = parents[node]
             while a >= 0:  # its ancestors (all expanded earlier, so all in the cache)
                 mask[row, self.slot[a]] = True
                 a = parents[a]
             mask[row, L + row] = True
             self.slot[node] = L + row
-        features = torch.stack([self.feature[parents[node]] for node in nodes])  # (n, C): the parents' f^
+        features = torch.stack([self.feature[parents[node]] for node in node_ids])  # (n, C): the parents' f^
         f_hat = self.head(features[None], tokens[None], self.wte, self.cache, mask)[0]  # (n, C)
-        self.feature.update(zip(nodes, f_hat))
+        self.feature.update(zip(node_ids, f_hat))
         return self.lm_head(f_hat)
 
     def rollback(self) -> None:
         self.cache.truncate(self.committed)
 
 
-def expanded_at_most(k: int, depth: int, nodes: int, tree: Tree | None = None) -> int:
+def expanded_at_most(top_k: int, depth: int, total_tokens: int, tree: Tree | None = None) -> int:
     """The most tree entries one step writes into the head's cache: every node of a static tree,
-    or k expanded nodes at each depth but the last of a dynamic one (or the node budget)."""
-    return len(tree) if tree is not None else max(nodes, k * (depth - 1))
+    or top_k expanded nodes at each depth but the last of a dynamic one (or the node budget)."""
+    return len(tree) if tree is not None else max(total_tokens, top_k * (depth - 1))
 
 
-def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, k: int, depth: int, nodes: int, sampled: bool,
-               sampling: Sampling, generator):
+def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, top_k: int, depth: int, total_tokens: int,
+               sampled: bool, sampling: Sampling, generator):
     """Steps 0-1 of an EAGLE step: the head reads the pending pairs and drafts a tree, static
     (`tree`), sampled, or EAGLE-2's dynamic one; its cache then drops the tree again. Returns
     (tokens (T,), the tree, q (T+1, V) or None)."""
@@ -293,9 +293,10 @@ def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, k: int, depth: 
         tokens, q = fill_static_tree(tree, root_logits, drafter.expand, sampled, sampling, generator)
     else:
         if sampled:
-            parents, tokens, q = grow_sampled_tree(root_logits, drafter.expand, k, depth, nodes, sampling, generator)
+            parents, tokens, q = grow_sampled_tree(root_logits, drafter.expand, top_k, depth, total_tokens, sampling,
+                                                   generator)
         else:
-            parents, tokens = grow_tree(root_logits, drafter.expand, k, depth, nodes)
+            parents, tokens = grow_tree(root_logits, drafter.expand, top_k, depth, total_tokens)
         device = root_logits.device  # the tree is built on the CPU: move it only where that is not the device
         tree = Tree(tuple(parents)) if device.type == "cpu" else Tree(tuple(parents)).to(device)
     drafter.rollback()
@@ -310,24 +311,24 @@ class EagleRow(Row):
 
 @torch.no_grad()
 def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Sampling, generators: list,
-          max_len: int, rule: str = "greedy", k: int = DEFAULT_TOPK, depth: int = DEFAULT_DEPTH, nodes: int = 16,
-          tree: Tree | None = None, cache: KVCache | None = None, head_cache: KVCache | None = None) -> Steps:
+          max_len: int, rule: str = "greedy", top_k: int = DEFAULT_TOPK, depth: int = DEFAULT_DEPTH,
+          total_tokens: int = 16, tree: Tree | None = None, cache: KVCache | None = None, head_cache: KVCache | None = None) -> Steps:
     """EAGLE decoding of every row (prompt) at once; yields what each target forward gave each row
     (`decoding.py`). Each row drafts its own tree (EAGLE-2's differ from row to row) with its own
     head cache, a `HeadDrafter` per row; ONE target forward verifies every row's tree.
 
     rule: a tree rule of `verify.RULES` (lossless: children sampled from the head; pointmass and
-    greedy: top-k children). k, depth, nodes: EAGLE-2's dynamic tree (`grow_tree`), or `tree`, a
+    greedy: top-k children). top_k, depth, total_tokens: EAGLE-2's dynamic tree (`grow_tree`), or `tree`, a
     static shape (`fill_static_tree`). cache, head_cache (batch 1): reused if given (emptied
     first); the head's needs room for max_len + `expanded_at_most(...)`."""
     accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
-    budget = len(tree) if tree is not None else nodes  # the most nodes a step verifies
+    budget = len(tree) if tree is not None else total_tokens  # the most nodes a step verifies
     tree = tree.to(device) if tree is not None else None
     cache = ready(cache, target, len(prompts), max_len + budget + 1)
     rows = new_rows(prompts, generators, EagleRow)
     for r, f in zip(rows, prefill(target, cache, rows, sampling)):  # f: (P, C), f_0 .. f_{P-1}
         own = head_cache if head_cache is not None and len(rows) == 1 else None
-        own = own if own is not None else head.new_cache(max_len + expanded_at_most(k, depth, nodes, tree))
+        own = own if own is not None else head.new_cache(max_len + expanded_at_most(top_k, depth, total_tokens, tree))
         own.reset()
         r.drafter = HeadDrafter(head, target, own)
         r.pending = (f, torch.tensor(r.seq[1:] + [int(r.root)], device=device))  # pairs (f_j, t_{j+1}) unread
@@ -339,7 +340,8 @@ def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Samp
             if L + 1 + budget > max_len or L + (tree.max_depth if tree else depth) >= target.config.n_ctx:
                 proposals.append(None)  # no room: a plain step
             else:  # 0-1. the row's head catches up and drafts its tree
-                proposals.append(draft_tree(r.drafter, r.pending, tree, k, depth, nodes, sampled, sampling, r.generator))
+                proposals.append(draft_tree(r.drafter, r.pending, tree, top_k, depth, total_tokens, sampled, sampling,
+                                            r.generator))
         # 2-4. one target forward over roots and trees, each row's rule, its cache compacted to its accepted path
         produced = {}
         for r, prop, (step, hidden) in zip(rows, proposals, verify_trees(target, cache, rows, proposals, accept,

@@ -166,7 +166,7 @@ def cost_figure(out: Path, report: dict) -> Path:
 
 
 @torch.no_grad()
-def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6, nodes: int = 16,
+def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int = 6, total_tokens: int = 16,
                prompt: str = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n") -> None:
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
@@ -184,19 +184,19 @@ def eagle_tree(model_path, head_path, tokenizer_path, k: int = 2, depth: int = 6
     cache, drafter = KVCache.for_model(target, 256), HeadDrafter(head, target, head.new_cache(256))
     made = []  # (parent, token, log value) of every node grow_tree makes, in its order
 
-    def expand(nodes_, parents, tokens):
-        logits = drafter.expand(nodes_, parents, tokens)
-        top = torch.log_softmax(logits, -1).topk(k)
-        for n, ts, vs in zip(nodes_, top.indices.tolist(), top.values.tolist()):
+    def expand(node_ids, parents, tokens):
+        logits = drafter.expand(node_ids, parents, tokens)
+        top = torch.log_softmax(logits, -1).topk(top_k)
+        for n, ts, vs in zip(node_ids, top.indices.tolist(), top.values.tolist()):
             made.extend((n, t, made[n][2] + v) for t, v in zip(ts, vs))
         return logits
 
     f = target.hidden(x[None], cache=cache)[0]
     root = target.lm_head(f[-1]).argmax().view(1)
     root_logits = drafter.catch_up(f, torch.cat([x[1:], root]))
-    top = torch.log_softmax(root_logits, -1).topk(k)
+    top = torch.log_softmax(root_logits, -1).topk(top_k)
     made += [(-1, t, v) for t, v in zip(top.indices.tolist(), top.values.tolist())]
-    parents, tokens = grow_tree(root_logits, expand, k, depth, nodes)
+    parents, tokens = grow_tree(root_logits, expand, top_k, depth, total_tokens)
     drafter.rollback()
     proposal = (tokens, Tree(tuple(parents)), None)
     [(step, _)] = verify_trees(target, cache, [Row(0, [], None, root[0])], [proposal], greedy, Sampling(0.0))

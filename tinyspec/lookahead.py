@@ -128,10 +128,10 @@ def step_mask(levels: int, W: int, tree: Tree | None, device=None):
     return new_mask, torch.cat([offsets, tree.depth[1:]]), rows
 
 
-def step_inputs(grid: list[list[int]], nodes: list[int], tree: Tree | None, device):
+def step_inputs(grid: list[list[int]], trie_tokens: list[int], tree: Tree | None, device):
     """What one step feeds: the tokens x (n,) of the window and the trie, and from `step_mask` the
     mask among them, their position offsets and the indices of the root and the trie's nodes."""
-    x = torch.tensor([t for row in grid for t in row] + nodes, device=device)  # (window + T,)
+    x = torch.tensor([t for row in grid for t in row] + trie_tokens, device=device)  # (window + T,)
     return (x, *step_mask(len(grid), len(grid[0]), tree, device))
 
 
@@ -215,14 +215,14 @@ def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generat
         before, inputs, tries = list(cache.lengths), [], []
         for b, r in enumerate(rows):
             grid, L = r.grid, cache.lengths[b]
-            nodes, parents = trie(r.pool.guesses(int(r.root))[:guesses])
-            deepest = max(len(grid) + window - 2, ngram - 1 if nodes else 0)  # the largest position offset
-            if L + len(grid) * window + len(nodes) > max_len or L + deepest >= n_ctx:  # no room: a plain step
+            trie_tokens, parents = trie(r.pool.guesses(int(r.root))[:guesses])
+            deepest = max(len(grid) + window - 2, ngram - 1 if trie_tokens else 0)  # the largest position offset
+            if L + len(grid) * window + len(trie_tokens) > max_len or L + deepest >= n_ctx:  # no room: a plain step
                 inputs.append((r.root.view(1), None, None, None))
                 tries.append(None)
             else:
-                tries.append(tree_on(parents, device) if nodes else None)
-                inputs.append(step_inputs(grid, nodes, tries[-1], device))
+                tries.append(tree_on(parents, device) if trie_tokens else None)
+                inputs.append(step_inputs(grid, trie_tokens, tries[-1], device))
         h = feed(target, cache, [x[0] for x in inputs], [x[1] for x in inputs], [x[2] for x in inputs])  # ONE forward
         produced = {}
         for b, r in enumerate(rows):

@@ -100,7 +100,7 @@ class Decoder:
 
     method: "ar", "draft" (with `draft` and `k`, an int or "auto"), "medusa" (with `heads` and
     `tree`), "eagle" (with `heads` an EagleHead, and `tree` a static Tree or None for EAGLE-2's
-    dynamic tree of `eagle_tree` = (top-k, depth, nodes)), "lookup" (with `k` and `max_ngram`),
+    dynamic tree of `eagle_tree` = (top_k, depth, total_tokens)), "lookup" (with `k` and `max_ngram`),
     "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (Medusa `heads` with a tree, or
     none, chosen per step by `auto.BatchPolicy`, measured here for batches of up to `batch_size`
     rows). rule: the acceptance rule's name (verify.RULES); default greedy at
