@@ -110,6 +110,19 @@ def no_downloads(monkeypatch):
     monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
 
 
+@pytest.fixture(scope="session")
+def sizing_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("sizing")
+
+
+@pytest.fixture(autouse=True)
+def sizing_in_a_temporary_directory(monkeypatch, sizing_dir):
+    """A method named without a size is sized on first use (`sizing.py`): the tests keep those
+    measurements out of the checkout's runs/, shared across the session as a user's are."""
+    from tinyspec import sizing
+    monkeypatch.setattr(sizing, "DIRECTORY", sizing_dir)
+
+
 def refused(main, argv, capsys) -> str:
     """Runs a command that must refuse its input: exit status 2, one line on stderr, no traceback.
     Returns the line."""

@@ -332,6 +332,38 @@ def test_every_row_has_the_target_distribution(tiny_vocab, name, n_samples):
     assert name == "ar" or proposing == len(PROMPTS) * n_samples  # every row verified proposals, not only plain steps
 
 
+class Echo:
+    """A chooser whose choice depends on what was drawn: a plain step after a step that accepted
+    nothing, else the next of its shapes in turn. A size chosen from past acceptance, as
+    `policy.Policy` chooses, must leave every row with the target's distribution."""
+
+    def __init__(self, shapes: dict):
+        self.shapes, self.largest, self.turn, self.last = shapes, max(shapes), 0, 1
+
+    def choose(self, rows):
+        if not self.last:
+            self.last = 1
+            return None
+        self.turn += 1
+        return list(self.shapes.values())[self.turn % len(self.shapes)]
+
+    def update(self, accepted, shape, rows=None):
+        self.last = sum(accepted)
+
+    def reset(self):
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["draft", "eagle"])
+def test_sizes_chosen_from_what_was_accepted_keep_the_target_distribution(tiny_vocab, name):
+    t, s = tiny_vocab["target"], SAMPLING
+    loop = {"draft": lambda ps, gs: speculative(t, tiny_vocab["draft"], ps, s, gs, 32, Echo({1: 1, 3: 3})),
+            "eagle": lambda ps, gs: eagle(t, tiny_vocab["eagle"], ps, s, gs, 32, "lossless",
+                                          total_tokens=Echo({4: (2, 2, 4), 3: (1, 3, 3)}))}[name]
+    assert assert_rows_have_the_target_distribution(tiny_vocab, loop, 3008) > 0
+
+
 @pytest.mark.slow
 def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab):
     """A planted batching bug: row b's proposals judged against q of row b - 1 (an off-by-one
@@ -456,18 +488,24 @@ def generated(argv, capsys) -> list[list[int]]:
 def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperature):
     """generate --batch-size B: every prompt's tokens are its batch-1 tokens (sampled too: each row
     has its own generator, seeded as the prompt alone would be), for B that divides the five
-    prompts and B that does not."""
+    prompts and B that does not. Methods of a fixed size: a sized method's policy chooses from
+    what all rows accept, so its sampled draws (not their distribution) depend on the batch; its
+    greedy rows are plain decoding's whatever it chooses."""
     base = ["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "12", "--model",
             str(files / "target.safetensors"), "--json", "--temperature", temperature]
     plain = generated(base, capsys)
-    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors")],
-                  ["--method", "medusa", "--heads", str(files / "heads.safetensors")], ["--method", "lookup"],
-                  ["--method", "lookahead"], ["--method", "eagle", "--eagle", str(files / "eagle.safetensors")]):
+    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--k", "3"],
+                  ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"],
+                  ["--method", "lookup", "--k", "4"], ["--method", "lookahead", "--guesses", "2"],
+                  ["--method", "eagle", "--eagle", str(files / "eagle.safetensors"), "--tree-nodes", "8"]):
         alone = generated(base + flags, capsys)
         if temperature == "0":
             assert alone == plain
         for size in ("2", "5"):
             assert generated(base + flags + ["--batch-size", size], capsys) == alone, f"{flags}, batch {size}"
+    if temperature == "0":  # sized for the machine: whatever the policy chooses, plain decoding's tokens
+        for flags in (["--method", "draft", "--draft", str(files / "draft.safetensors")], ["--method", "lookup"]):
+            assert generated(base + flags + ["--batch-size", "2"], capsys) == plain, flags
     if temperature == "0":
         auto = generated(base + ["--method", "auto", "--heads", str(files / "heads.safetensors"), "--batch-size", "3"],
                          capsys)

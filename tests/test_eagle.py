@@ -382,7 +382,8 @@ def test_cli_eagle_equals_ar(files, capsys):
     for extra in ([], ["--tree", str(files / "small.json")], ["--eagle-topk", "2", "--eagle-depth", "3", "--tree-nodes", "5"]):
         generate.main(base + ["--method", "eagle", "--eagle", str(files / "eagle.safetensors")] + extra)
         out = json.loads(capsys.readouterr().out)
-        assert out["token_ids"] == ar["token_ids"] and "tau" in out["stats"], extra
+        assert out["token_ids"] == ar["token_ids"], extra
+        assert "tau" in out["stats"] if extra else "sized" in out["stats"]  # no size given: sized for the machine
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -14,9 +14,9 @@ ORDER = [
     "cli",  # what every command shares (paths, one-line errors, arguments; loading a model or tokenizer: after them)
     "kvcache", "sampling", "decoding", "speculative", "tree", "verify", "medusa", "eagle",
     "lookup", "lookahead", "kernels.__init__", "kernels.tree_attention", "fastpath", "data", "optim", "checkpoint", "distill",
-    "train_heads", "train", "timing", "auto", "methods", "ledger",
+    "train_heads", "train", "timing", "policy", "auto", "methods", "ledger", "sizing",
 ]
-COMMANDS = ["peer", "plots", "kernels.bench", "benchmark", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
+COMMANDS = ["peer", "plots", "kernels.bench", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
 
 
 def imports(path: Path) -> set[str]:

@@ -141,10 +141,11 @@ def test_cli_medusa_equals_ar(files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for tree in ("default", str(files / "small.json")):
-        generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree", tree])
+    for tree in (["--tree", "default"], ["--tree-nodes", "8"], ["--tree", str(files / "small.json")]):
+        generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors")] + tree)
         out = json.loads(capsys.readouterr().out)
-        assert out["token_ids"] == ar["token_ids"] and "tau" in out["stats"]
+        assert out["token_ids"] == ar["token_ids"]
+        assert "sized" in out["stats"] if tree[1] == "default" else "tau" in out["stats"]  # default: sized for the machine
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -163,7 +164,7 @@ def test_cli_triton_attention_gives_the_same_tokens(files, capsys):
     """The Triton tree-attention kernel (interpreted on a CPU) against the PyTorch reference path."""
     pytest.importorskip("triton")
     base = ["--prompt", "def f(x):", "--max-new-tokens", "12", "--model", str(files / "target.safetensors"), "--json",
-            "--method", "medusa", "--heads", str(files / "heads.safetensors")]
+            "--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"]
     generate.main(base + ["--attn", "torch"])
     reference = json.loads(capsys.readouterr().out)
     generate.main(base + ["--attn", "triton"])

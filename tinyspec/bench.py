@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from .benchmark import build_parser, measure, measure_batches
+from .batches import measure_batches
+from .benchmark import build_parser, measure
 from .cli import check_output, run_main
 from .files import atomic_write_json
 from .kernels.bench import main as kernel_main
@@ -22,9 +23,8 @@ from .report import main as report_main
 
 
 LEGEND = ("tau = tokens per target forward, correction/bonus included; speedup = tok/s over ar's in the same "
-          "interleaved pass (median over passes); predicted = the analytic model's speedup from measured inputs "
-          "(draft: Leviathan et al.'s formula with the measured acceptance and cost ratio; medusa: the tau the heads' "
-          "accuracies promise over the measured cost of a tree step); same = prompts whose greedy output is plain "
+          "interleaved pass (median over passes); predicted = the cost model's speedup: each step of the pass at the "
+          "cost sizing measured for its size on this device (sizing.py); same = prompts whose greedy output is plain "
           "decoding's, token for token")
 
 

@@ -8,10 +8,10 @@ body), docs (continue a docstring) and structured (continue a literal table).
 Per method, temperature and category it reports tau (tokens per target forward, the
 correction/bonus token included), the acceptance rate, tokens/s (the median over --repeats
 passes, after a warm-up pass), the speedup over `ar` (our own plain decoding, measured in the
-same run on the same prompts) and the speedup the analytic model predicts from what was
-measured: for a draft, Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)) with the measured
-acceptance a and cost ratio c; for greedy Medusa, the tau its tree promises from the heads'
-held-out accuracies over the measured cost of one tree step relative to one plain step.
+same run on the same prompts) and the speedup the cost model predicts: every step the pass took
+at the cost that sizing measured for its size on this device (`sizing.Sizing.predicted_s`), the
+prompts' forwards as the pass measured them. A method named without a size (`draft`, `medusa`,
+`eagle`, `lookup`, `lookahead`) is sized for this device first and chooses its size per step.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import re
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -38,14 +39,15 @@ from .ledger import Ledger
 from .peer import compare_with_huggingface
 from .model import DraftVocab
 from .sampling import Sampling
-from .speculative import expected_speedup
-from .timing import copy_bandwidth, cost_ratio, step_cost, weight_bytes
-from .tree import expected_accepted, from_accuracies
+from .sizing import candidates, shape_of, size, sizing_prompts
+from .timing import copy_bandwidth, weight_bytes
+from .tree import from_accuracies
 from .verify import RULES
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 EXAMPLES = [
     "python -m tinyspec.bench --quick                      # a minute or two on a CPU",
+    "python -m tinyspec.bench --methods ar,draft,medusa,eagle,lookup   # each sized for this device",
     "python -m tinyspec.bench --methods ar,draft:4,draft:4@block --temperatures 1 --json",
     "python -m tinyspec.bench --plot docs/figures          # and PNG figures (matplotlib)",
     "python -m tinyspec.bench --batch-sizes 1,2,4,8,16 --methods ar,medusa:16,auto --temperatures 0",
@@ -60,20 +62,24 @@ SIZE_PATTERNS = {"": "", "K": r"\d+", "K|auto": r"\d+|auto", "NODES": r"\d+", "W
 
 def parse_method(spec: str) -> tuple[str, str]:
     """A method of `methods.METHODS` with its size as the registry names it ('ar', 'draft:K',
-    'draft:auto', 'medusa:NODES', 'eagle:NODES', 'lookup:K', 'lookahead:W,N,G', 'auto'), each
-    optionally with '@RULE' (an acceptance rule of verify.py, e.g. draft:4@block,
-    medusa:16@pointmass) -> (name, parameter)."""
+    'medusa:NODES', 'eagle:NODES', 'lookup:K', 'lookahead:W,N,G', 'auto'), or without one (sized
+    for this device: 'draft', 'medusa', ...; 'draft:auto' too), each optionally with '@RULE' (an
+    acceptance rule of verify.py, e.g. draft:4@block, medusa@pointmass) -> (name, parameter)."""
     name, _, param = spec.partition(":")
+    name, _, at_rule = name.partition("@")  # 'medusa@pointmass': a sized method with a rule
+    param = param or (f"@{at_rule}" if at_rule else "")
     size, _, rule = param.partition("@")
-    if name not in METHODS or not re.fullmatch(SIZE_PATTERNS[METHODS[name].size], size) or (param and not size and not rule):
-        forms = ", ".join(f"{n}:{m.size}" if m.size else n for n, m in METHODS.items())
-        die(f"unknown method {spec!r}: use {forms} (each optionally @RULE; auto with --batch-sizes)")
+    if name not in METHODS or not re.fullmatch(SIZE_PATTERNS[METHODS[name].size], size) and size not in ("", "auto") \
+            or size == "auto" and METHODS[name].size != "K|auto":
+        forms = ", ".join(f"{n}[:{m.size}]" if m.size else n for n, m in METHODS.items())
+        die(f"unknown method {spec!r}: use {forms} (without a size: sized for this device; each optionally @RULE; "
+            "auto with --batch-sizes)")
     problem = check_rule(name, rule) if rule else None
     if rule and rule not in RULES:
         problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
-    if not problem and name == "lookup":
+    if not problem and name == "lookup" and size:
         problem = check_draft_free(name, k=int(size))
-    elif not problem and name == "lookahead":
+    elif not problem and name == "lookahead" and size:
         window, ngram, guesses = map(int, size.split(","))
         problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
     if problem:
@@ -81,64 +87,96 @@ def parse_method(spec: str) -> tuple[str, str]:
     return name, param
 
 
-class Runner:
-    """Holds the models and runs one method over a list of prompts."""
+def label(spec) -> str:
+    """The spec as rows name it: 'medusa:16', 'medusa@pointmass' (sized), 'draft:4@block'."""
+    name, param = spec
+    return name + (param if param.startswith("@") else f":{param}" if param else "")
 
-    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None, max_rows=1):
+
+class Runner:
+    """Holds the models and runs one method over a list of prompts. A method named without a
+    size is sized for this device on first use at each sampling (`sizing.py`), and every method's
+    sizes are measured for the cost model's prediction."""
+
+    def __init__(self, target, draft, heads, device, max_new_tokens, seed, cuda_graph=False, eagle=None, max_rows=1,
+                 sizing_prompts=None, remeasure=False):
         self.target, self.draft, self.heads, self.device, self.eagle = target, draft, heads, device, eagle
         self.max_rows = max_rows  # the largest batch, for the policy of `auto`
         self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa (fastpath.py); drafts run eagerly
         self.max_new, self.seed = max_new_tokens, seed
-        self.c = cost_ratio(target, draft) if draft is not None else None
-        self.trees = {}  # Medusa trees by node count, built from the heads' measured accuracies
-        self.step_costs = {}  # ... and the cost of one step with each, in plain decoding steps
-        self.decoders = {}  # one per method, made on first use and reused for every prompt
+        self.sizing_prompts, self.remeasure = sizing_prompts, remeasure
+        self.decoders = {}  # one per method (and sampling, if sized), made on first use and reused for every prompt
+        self.sizings = {}  # (method, sampling) -> what sizing measured (`sizing.Sizing`)
+        self.fixed = {}  # method -> the shapes the benchmark names with a size, measured beside the candidates
         self.draft_vocab = None  # --draft-vocab: the token ids drafters propose from (default: all)
         self.profile = False  # --profile: each pass's time split by ledger.Ledger
 
-    def tree(self, nodes: int):
-        if nodes not in self.trees:
-            self.trees[nodes] = from_accuracies(self.heads.accuracy, nodes)
-        return self.trees[nodes]
+    def base(self, name: str, size: str, rule: str | None) -> Decoder:
+        """The decoder of a method at a fixed size (a sized method: at its defaults, before sizing)."""
+        sized = size in ("", "auto")
+        if name == "ar":
+            return Decoder(self.target, cuda_graph=self.cuda_graph)
+        if name == "auto":  # Medusa trees or plain steps, per step: measures forward costs now
+            return Decoder(self.target, "auto", heads=self.heads, rule=rule, batch_size=self.max_rows)
+        if name == "draft":
+            return Decoder(self.target, "draft", self.draft, 4 if sized else int(size), rule=rule)
+        if name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
+            return Decoder(self.target, "eagle", heads=self.eagle, rule=rule,
+                           eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, 16 if sized else int(size)))
+        if name == "lookup":
+            return Decoder(self.target, "lookup", k=8 if sized else int(size), rule=rule)
+        if name == "lookahead":
+            window, ngram, guesses = (3, 3, 2) if sized else map(int, size.split(","))
+            return Decoder(self.target, "lookahead", rule=rule, window=window, ngram=ngram, guesses=guesses)
+        return Decoder(self.target, "medusa", heads=self.heads, tree=None if sized else
+                       from_accuracies(self.heads.accuracy, int(size)), rule=rule, cuda_graph=self.cuda_graph and not sized)
 
-    def decoder(self, spec) -> Decoder:
-        if spec not in self.decoders:
-            name, param = spec
-            size, _, rule = param.partition("@")
-            rule = rule or None  # None: each temperature's default rule
-            if name == "ar":
-                self.decoders[spec] = Decoder(self.target, cuda_graph=self.cuda_graph)
-            elif name == "auto":  # Medusa trees or plain steps, per step: measures forward costs now
-                self.decoders[spec] = Decoder(self.target, "auto", heads=self.heads, rule=rule, batch_size=self.max_rows)
-            elif name == "draft":
-                self.decoders[spec] = Decoder(self.target, "draft", self.draft, "auto" if size == "auto" else int(size),
-                                              rule=rule, cost=self.c)
-            elif name == "eagle":  # EAGLE-2's dynamic tree of NODES nodes, default top-k and depth; runs eagerly
-                self.decoders[spec] = Decoder(self.target, "eagle", heads=self.eagle, rule=rule,
-                                              eagle_tree=(EAGLE_TOPK, EAGLE_DEPTH, int(size)))
-            elif name == "lookup":
-                self.decoders[spec] = Decoder(self.target, "lookup", k=int(size), rule=rule)
-            elif name == "lookahead":
-                window, ngram, guesses = map(int, size.split(","))
-                self.decoders[spec] = Decoder(self.target, "lookahead", rule=rule, window=window, ngram=ngram,
-                                              guesses=guesses)
-            else:
-                self.decoders[spec] = Decoder(self.target, "medusa", heads=self.heads, tree=self.tree(int(size)),
-                                              rule=rule, cuda_graph=self.cuda_graph)
+    def stored(self, name: str, size: str):
+        """A fixed size as sizing stores its shape: k, nodes, [top_k, depth, total] or G."""
+        if name == "eagle":
+            return [EAGLE_TOPK, EAGLE_DEPTH, int(size)]
+        return int(size.split(",")[-1]) if name in ("draft", "medusa", "lookup", "lookahead") else None
+
+    def sizing(self, name: str, rule: str | None, sampling):
+        """What sizing measured for this method, rule and sampling (measured now, or read)."""
+        key = (name, rule, sampling.temperature, sampling.top_k, sampling.top_p)
+        if key not in self.sizings and name not in ("ar", "auto"):
+            d = self.base(name, "", rule)
+            extra = [(int(s.split(",")[-1]) if name != "lookahead" else (d.window + int(s.split(",")[-1])) * (d.ngram - 1),
+                      self.stored(name, s)) for s in self.fixed.get(name, [])]
+            shapes = list({repr(x): x for x in candidates(name, d) + [(n, tuple(st) if isinstance(st, list) else st)
+                                                                   for n, st in extra]}.values())
+            self.sizings[key] = size(name, d, self.sizing_prompts, sampling, remeasure=self.remeasure, shapes=shapes)
+        return self.sizings.get(key)
+
+    def decoder(self, spec, sampling) -> Decoder:
+        name, param = spec
+        size_, _, rule = param.partition("@")
+        rule = rule or None  # None: each temperature's default rule
+        sized = size_ in ("", "auto") and name not in ("ar", "auto")
+        key = (spec, sampling.temperature, sampling.top_k, sampling.top_p) if sized else spec
+        if key not in self.decoders:
             if self.draft_vocab is not None and name in ("draft", "medusa", "eagle", "auto"):
                 drafter, head = (self.draft, self.draft.lm_head) if name == "draft" else \
                     (self.eagle if name == "eagle" else self.heads, self.target.lm_head)
                 drafter.draft_vocab = DraftVocab(head, self.draft_vocab)  # model.DraftVocab
-        return self.decoders[spec]
+            d = self.base(name, size_, rule)
+            if sized:
+                policy = self.sizing(name, rule, sampling).policy(lambda stored: shape_of(name, d, stored))
+                d = Decoder(d.target, name, d.draft, "auto", d.heads, d.tree, rule, eagle_tree=d.eagle_tree,
+                            max_ngram=d.max_ngram, window=d.window, ngram=d.ngram, policy=policy)
+            self.decoders[key] = d
+        return self.decoders[key]
 
     def run(self, spec, prompts, sampling) -> dict:
-        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[])
-        decoder, ledger = self.decoder(spec), Ledger(self.device)
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, prefill_s=0.0,
+                      outputs=[], sizes=Counter())
+        decoder, ledger = self.decoder(spec, sampling), Ledger(self.device)
         with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
             for i, prompt in enumerate(prompts):
                 generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
                 res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
-                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s"):
+                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes"):
                     totals[key] += getattr(res, key)
                 totals["new_tokens"] += len(res.token_ids)
                 totals["outputs"].append(res.token_ids)
@@ -151,7 +189,7 @@ class Runner:
         samples with seed + i, as in `run`. Latency: each row's time from its batch's start."""
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[],
                       latencies=[])
-        decoder = self.decoder(spec)
+        decoder = self.decoder(spec, sampling)
         for first in range(0, len(prompts), size):
             rows = prompts[first:first + size]
             generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
@@ -169,12 +207,6 @@ class Runner:
         return totals
 
 
-def medusa_step_cost(target, heads, tree, cuda_graph: bool = False) -> float:
-    """One Medusa step (the heads on one hidden state + verifying the tree) over one plain step."""
-    h = torch.zeros(target.config.n_embd, device=target.lm_head.weight.device, dtype=target.lm_head.weight.dtype)
-    return step_cost(target, tree, lambda: heads(h, target.lm_head), cuda_graph=cuda_graph)
-
-
 def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
     """One row of the table from the passes of one (method, temperature, category) and of `ar`."""
     name, param = spec
@@ -183,7 +215,7 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
     # Paired: each pass against the ar pass of the same repeat, run seconds before it on a machine in
     # the same state; the median of those ratios shrugs off slow spells that a ratio of medians feels.
     speedup = statistics.median(rate(p) / rate(a) for p, a in zip(passes, ar_passes))
-    row = {"method": name + (f":{param}" if param else ""), "temperature": temperature, "category": category,
+    row = {"method": label(spec), "temperature": temperature, "category": category,
            "prompts": first["prompts"], "new_tokens": first["new_tokens"], "target_steps": first["target_steps"],
            "tau": round(first["new_tokens"] / first["target_steps"], 3),
            "tokens_per_s": round(statistics.median(map(rate, passes)), 2), "speedup": round(speedup, 3),
@@ -194,17 +226,21 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
     if "ledger" in first:
         row["ledger"] = first["ledger"]
-    if name == "draft" and param.isdigit() and first["proposed"]:  # Leviathan's model is of the token-level rule
-        alpha = first["accepted"] / max(1, first["accepted"] + first["rejections"])  # per evaluated proposal
-        row["alpha"] = round(alpha, 4)
-        row["cost_ratio"] = round(runner.c, 4)
-        row["predicted_speedup"] = round(expected_speedup(alpha, runner.c, int(param)), 3)
-    if name == "medusa" and param.isdigit() and temperature == 0:  # the accuracies are of greedy guesses
-        tree = runner.tree(int(param))
-        predicted_tau = 1 + expected_accepted(tree, runner.heads.accuracy.cpu())
-        row["predicted_tau"] = round(predicted_tau, 3)
-        row["step_cost"] = round(runner.step_costs[int(param)], 3)
-        row["predicted_speedup"] = round(predicted_tau / runner.step_costs[int(param)], 3)
+    size, _, rule = param.partition("@")
+    sizing = runner.sizing(name, rule or None, Sampling(temperature))
+    if sizing is not None:  # the cost model: each step the pass took at its measured cost (sizing.py)
+        sized = size in ("", "auto")
+        stored = None if sized else runner.stored(name, size)
+        ar = ar_passes[0]
+        row["predicted_speedup"] = round(sizing.predicted_s(ar["sizes"], first["prompts"], ar["prefill_s"]) /
+                                         sizing.predicted_s(first["sizes"], first["prompts"], first["prefill_s"], stored), 3)
+        row["steps_by_size"] = {str(k): v for k, v in sorted(first["sizes"].items())}
+        if sized:
+            chosen = sizing.chosen()
+            row["sized"] = chosen and chosen["shape"]
+        else:
+            step_size = int(size.split(",")[-1]) if name != "lookahead" else max(first["sizes"])
+            row["step_cost"] = round(sizing.seconds(step_size, stored) / sizing.plain_s, 3)
     return row
 
 
@@ -219,9 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "Two more commands: `bench report --out DIR` runs the GPU tests, the kernel table, every method on both paths "
                         "and Hugging Face, and writes DIR/report.json and report.md (on a CPU, a quick subset); `bench "
                         "kernels` times the tree-attention kernel against SDPA. Each has its own --help.")
-    ap.add_argument("--methods", help="comma-separated: ar, draft:K, draft:auto, medusa:NODES, eagle:NODES, lookup:K (prompt lookup), lookahead:W,N,G (its commas stay inside the spec), each optionally @RULE to "
-                    "pick the acceptance rule (draft:4@block, medusa:16@pointmass; default: greedy at T=0, else "
-                    f"lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
+    ap.add_argument("--methods", help="comma-separated: ar, draft:K, medusa:NODES, eagle:NODES, lookup:K (prompt lookup), "
+                    "lookahead:W,N,G (its commas stay inside the spec), or a method without a size (draft, medusa, eagle, "
+                    "lookup, lookahead: sized for this device, chosen per step), each optionally @RULE to pick the "
+                    "acceptance rule (draft:4@block, medusa@pointmass; default: greedy at T=0, else lossless); ar is "
+                    f"always run: speedups are against it (default: {FULL['methods']})")
     ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
     ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category "
@@ -244,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(fastpath.py; CUDA only; speedups are then against ar on the graph path); draft rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again (sizing.py) instead "
+                    "of reading them from runs/sizing/")
     ap.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
                     "proposing, the rule, cache work and the rest (ledger.py; on CUDA it slows the pass)")
     ap.add_argument("--draft-vocab", type=int, metavar="N", help="draft, medusa and eagle rows propose only from the N "
@@ -357,12 +397,14 @@ def prepare(args):
         die(f"{args.heads} records no head accuracies, which the benchmark's trees are built from")
     eagle = load_eagle(args.eagle, target, device, dtype) if any(n == "eagle" for n, _ in specs) else None
     runner = Runner(target, draft, heads, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph, eagle=eagle,
-                    max_rows=max(sizes, default=1))
+                    max_rows=max(sizes, default=1), sizing_prompts=sizing_prompts(enc), remeasure=args.remeasure)
     runner.profile = args.profile
     if args.draft_vocab is not None:
         runner.draft_vocab = load_draft_vocab(args.draft_vocab, target.config.vocab_size)
-    for nodes in sorted({int(param.partition("@")[0]) for name, param in specs if name == "medusa"}):
-        runner.step_costs[nodes] = medusa_step_cost(target, heads, runner.tree(nodes), args.cuda_graph)
+    for name, param in specs:  # the sizes the benchmark names are measured beside the candidates (sizing.py)
+        size_ = param.partition("@")[0]
+        if size_ not in ("", "auto") and name not in ("ar", "auto"):
+            runner.fixed.setdefault(name, []).append(size_)
     return runner, specs, temperatures, prompts
 
 
@@ -416,53 +458,3 @@ def parse_batch_sizes(text: str | None) -> list[int]:
     if min(sizes) < 1 or len(set(sizes)) < len(sizes):
         die(f"--batch-sizes must be distinct positive integers, comma-separated, e.g. 1,2,4,8,16; got {text!r}")
     return sorted(sizes)
-
-
-def interleaved(prompts: dict[str, list], n: int) -> list:
-    """The first n prompts, taken in turn from each category: code, docs, structured, code, ..."""
-    out = [p for group in itertools.zip_longest(*prompts.values()) for p in group if p is not None][:n]
-    if len(out) < n:
-        die(f"--batch-prompts {n}: only {len(out)} prompts in these categories; raise --prompts-per-category")
-    return out
-
-
-def measure_batches(args, argv: list[str]) -> dict:
-    """The speculation-versus-batching curve: every method at every batch size of --batch-sizes,
-    each decoding the same --batch-prompts prompts `size` at a time. Per method and size: total
-    tokens/s, mean latency per sequence, tau, and the speedup over `ar` at the same batch size."""
-    if args.prompts_per_category is None:  # enough of each category to take --batch-prompts in turn
-        args.prompts_per_category = -(-args.batch_prompts // len(args.categories.split(",")))
-    runner, specs, temperatures, by_category = prepare(args)
-    sizes, prompts = parse_batch_sizes(args.batch_sizes), interleaved(by_category, args.batch_prompts)
-    for spec in specs:  # warm-up (auto's policy measures its forward costs here, once)
-        runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
-    out, bar = [], tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
-    rate = lambda p: p["new_tokens"] / p["wall_s"]
-    for temperature in temperatures:
-        passes = {(spec, size): [] for spec in specs for size in sizes}
-        for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
-            for size in sizes:
-                for spec in specs:
-                    passes[spec, size].append(runner.run_batches(spec, prompts, Sampling(temperature), size))
-                    bar.update(1)
-        for size in sizes:
-            for spec in specs:
-                mine, ar, first = passes[spec, size], passes[("ar", ""), size], passes[spec, size][0]
-                row = {"method": spec[0] + (f":{spec[1]}" if spec[1] else ""), "temperature": temperature,
-                       "batch_size": size, "prompts": len(prompts), "new_tokens": first["new_tokens"],
-                       "tau": round(first["new_tokens"] / first["target_steps"], 3),
-                       "acceptance_rate": round(first["accepted"] / first["proposed"], 4) if first["proposed"] else None,
-                       "tokens_per_s": round(statistics.median(map(rate, mine)), 2),
-                       "latency_s": round(statistics.median(statistics.mean(p["latencies"]) for p in mine), 4),
-                       "speedup": round(statistics.median(rate(p) / rate(a) for p, a in zip(mine, ar)), 3)}
-                if temperature == 0:  # greedy: the rows whose output is ar's at the smallest batch size
-                    row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], passes[("ar", ""), sizes[0]][0]["outputs"]))
-                out.append(row)
-    bar.close()
-    report = report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
-    if ("auto", "") in specs:  # what the policy measured: ms of a target forward of rows x tokens, and of the heads
-        policy = runner.decoder(("auto", "")).policy
-        widths = [1] + [1 + s for s in policy.trees]
-        report["forward_ms"] = {f"{r}x{t}": round(policy.F(r, t) * 1e3, 3) for r in sizes for t in widths}
-        report["heads_ms"] = {str(r): round(policy.H(r) * 1e3, 3) for r in sizes}
-    return report

@@ -65,7 +65,7 @@ CHAPTERS = {
                            ("tests/test_speculative.py::test_greedy_equals_plain_decoding_for_every_k_and_draft",
                             "tests/test_speculative.py::test_acceptance_rule_reproduces_p_for_fixed_distributions",
                             "tests/test_speculative.py::test_sampled_output_has_the_target_distribution",
-                            "tests/test_speculative.py::test_adaptive_k_is_still_exact"),
+                            "tests/test_speculative.py::test_a_k_chosen_anew_every_step_is_still_exact"),
                            needs=("kvcache", "sampling")),
     "tree": Chapter("6 Trees and verification", ("tree.py:depths", "tree.py:tree_mask", "tree.py:root_to_leaf_paths"),
                     ("tests/test_tree.py::test_hand_drawn_tree", "tests/test_tree.py::test_chain_and_star",

@@ -31,8 +31,9 @@ may stand in for it: `fastpath.py` makes fixed-shape ones that a CUDA graph can 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Generator
+from typing import Callable, Generator, Protocol
 
 import torch
 
@@ -56,10 +57,25 @@ class Step:
     tokens: list[int]
     sources: list[str]
     proposed: int = 0
+    size: int = 0  # what the step verified: a chain's k, a tree's nodes, the tokens a lookahead step fed (0: plain)
 
 
 Produced = dict[int, Step]  # what one forward gave each row that took part, by row id
 Steps = Generator[Produced, list[int] | None, None]  # yields Produced; is sent the ids of the rows that are done
+
+
+class Chooser(Protocol):
+    """What a loop may be handed instead of a fixed size: each step it chooses what to propose
+    (a draft's k, a tree, ...) or nothing (None: a plain step), and hears what was accepted
+    (`policy.Policy`, chapter 12)."""
+    largest: int  # the most tokens a step it chooses may propose
+    shapes: dict  # {size: shape}: every shape it may choose
+
+    def choose(self, rows: int) -> object | None: ...
+
+    def update(self, accepted: list[int], shape, rows: int | None = None) -> None: ...
+
+    def reset(self) -> None: ...  # a new text begins
 
 
 @dataclass
@@ -223,7 +239,7 @@ def accept_tree(cache: KVCache, row: int, L: int, x: torch.Tensor, logits: torch
     cache.keep((L + where).tolist(), row)  # the root (slot L) and the accepted nodes, compacted
     accepted = x[path[1:]].tolist()
     kind = CORRECTION if tree.children(int(path[-1])) else BONUS
-    step = Step(accepted + [int(nxt)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth)
+    step = Step(accepted + [int(nxt)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth, size=len(tree))
     return step, nxt, path
 
 
@@ -235,7 +251,9 @@ class Result:
     proposed: int = 0  # tokens proposed by a draft model, heads or a lookup
     accepted: int = 0  # ... of which the target accepted
     rejections: int = 0  # steps that ended in a rejection (the rest accepted everything)
+    sizes: Counter = field(default_factory=Counter)  # steps by the size they verified (Step.size; 0: plain)
     wall_s: float = 0.0
+    prefill_s: float = 0.0  # ... of which the prompt's forward and the first token
     stop_reason: str = "length"  # "length", "eot", "context" or "interrupted"
 
     def stats(self) -> dict:
@@ -247,6 +265,8 @@ class Result:
                        acceptance_rate=round(self.accepted / self.proposed, 4),
                        # tau: tokens per target forward, the correction or bonus token included
                        tau=round(n / max(1, self.target_steps), 4))
+        if any(self.sizes):  # steps by the size they verified (0: plain), if any step speculated
+            out["steps_by_size"] = {str(size): count for size, count in sorted(self.sizes.items())}
         return out
 
 
@@ -267,6 +287,8 @@ def run_batch(steps: Steps, rows: int, max_new_tokens: int, stop_id: int | None 
         return time.perf_counter() - t0
     try:
         produced = next(steps)
+        for res in results:
+            res.prefill_s = now()
         while True:
             done = []
             for row, step in produced.items():
@@ -304,6 +326,7 @@ def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_s
     reason if the run ends here."""
     res.target_steps += 1
     res.proposed += step.proposed
+    res.sizes[step.size] += 1
     room = max_new_tokens - len(res.token_ids)
     keep, reason = len(step.tokens), None
     if stop_id in step.tokens[:room]:  # end of text within the budget (past it, the budget ends first)

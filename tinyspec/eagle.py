@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
+from .decoding import Chooser, Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
 from .model import GPT, SDPA, Block, GPTConfig, causal_mask, prefix_mask
@@ -312,41 +312,50 @@ class EagleRow(Row):
 @torch.no_grad()
 def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Sampling, generators: list,
           max_len: int, rule: str = "greedy", top_k: int = DEFAULT_TOPK, depth: int = DEFAULT_DEPTH,
-          total_tokens: int = 16, tree: Tree | None = None, cache: KVCache | None = None, head_cache: KVCache | None = None) -> Steps:
+          total_tokens: int | Chooser = 16, tree: Tree | None = None, cache: KVCache | None = None,
+          head_cache: KVCache | None = None) -> Steps:
     """EAGLE decoding of every row (prompt) at once; yields what each target forward gave each row
     (`decoding.py`). Each row drafts its own tree (EAGLE-2's differ from row to row) with its own
     head cache, a `HeadDrafter` per row; ONE target forward verifies every row's tree.
 
     rule: a tree rule of `verify.RULES` (lossless: children sampled from the head; pointmass and
     greedy: top-k children). top_k, depth, total_tokens: EAGLE-2's dynamic tree (`grow_tree`), or `tree`, a
-    static shape (`fill_static_tree`). cache, head_cache (batch 1): reused if given (emptied
-    first); the head's needs room for max_len + `expanded_at_most(...)`."""
+    static shape (`fill_static_tree`). total_tokens may be a `decoding.Chooser` instead, whose
+    shapes are (top_k, depth, total_tokens), chosen per step (None: a plain step). cache,
+    head_cache (batch 1): reused if given (emptied first); the head's needs room for max_len +
+    `expanded_at_most(...)`."""
     accept, sampled, device = tree_rule(rule), rule in SAMPLED, target.lm_head.weight.device
-    budget = len(tree) if tree is not None else total_tokens  # the most nodes a step verifies
+    policy = None if isinstance(total_tokens, int) else total_tokens
+    shapes = list(policy.shapes.values()) if policy else [(top_k, depth, total_tokens)]
+    budget = len(tree) if tree is not None else max(t for _, _, t in shapes)  # the most nodes a step verifies
+    head_room = max(expanded_at_most(*shape, tree) for shape in shapes)
     tree = tree.to(device) if tree is not None else None
     cache = ready(cache, target, len(prompts), max_len + budget + 1)
     rows = new_rows(prompts, generators, EagleRow)
     for r, f in zip(rows, prefill(target, cache, rows, sampling)):  # f: (P, C), f_0 .. f_{P-1}
         own = head_cache if head_cache is not None and len(rows) == 1 else None
-        own = own if own is not None else head.new_cache(max_len + expanded_at_most(top_k, depth, total_tokens, tree))
+        own = own if own is not None else head.new_cache(max_len + head_room)
         own.reset()
         r.drafter = HeadDrafter(head, target, own)
         r.pending = (f, torch.tensor(r.seq[1:] + [int(r.root)], device=device))  # pairs (f_j, t_{j+1}) unread
     done = yield first_steps(rows)
     while rows := leave(rows, done, [cache], max_len):
+        shape = policy.choose(len(rows)) if policy else shapes[0]  # None: a plain step for every row
         proposals = []
         for b, r in enumerate(rows):
-            L = cache.lengths[b]
-            if L + 1 + budget > max_len or L + (tree.max_depth if tree else depth) >= target.config.n_ctx:
-                proposals.append(None)  # no room: a plain step
+            L, deepest = cache.lengths[b], tree.max_depth if tree else shape and shape[1]
+            if shape is None or L + 1 + budget > max_len or L + deepest >= target.config.n_ctx:
+                proposals.append(None)  # a plain step, chosen or for want of room
             else:  # 0-1. the row's head catches up and drafts its tree
-                proposals.append(draft_tree(r.drafter, r.pending, tree, top_k, depth, total_tokens, sampled, sampling,
-                                            r.generator))
+                proposals.append(draft_tree(r.drafter, r.pending, tree, *shape, sampled, sampling, r.generator))
         # 2-4. one target forward over roots and trees, each row's rule, its cache compacted to its accepted path
         produced = {}
         for r, prop, (step, hidden) in zip(rows, proposals, verify_trees(target, cache, rows, proposals, accept,
                                                                          sampling)):
             new = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of the root and what followed
             r.pending = new if prop is not None else tuple(torch.cat(pair) for pair in zip(r.pending, new))
+            step.size = 0 if prop is None else shape[2] if tree is None else len(tree)  # a grown tree's budget
             produced[r.id] = step
+        if policy:  # what every row accepted; the policy times the step itself
+            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], shape, len(rows))
         done = yield produced

@@ -3,6 +3,7 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --max-new-tokens 64
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --k 4 --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --tree-nodes 16
     python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --show
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --k 4 --show
@@ -10,9 +11,12 @@
     python -m tinyspec.generate --prompt-file docs/example_prompts.txt --batch-size 8 --method auto
 
 The decoding itself lives in `decoding.py` (plain), `speculative.py` (draft model), `medusa.py`
-(Medusa trees), `eagle.py` (EAGLE), `lookup.py` and `lookahead.py` (no draft at all), with the
-acceptance rules in `verify.py`, and all of them batched in `batch.py` (--batch-size); this file
-reads prompts and flags, loads the models (`cli.py`), and streams text or prints JSON.
+(Medusa trees), `eagle.py` (EAGLE), `lookup.py` and `lookahead.py` (no draft at all), each for
+any number of rows (--batch-size), with the acceptance rules in `verify.py`. A method named
+without a size (no --k, --tree-nodes, --guesses, ...) is sized for this device on first use
+(`sizing.py`, a few seconds, cached under runs/sizing/) and chooses its size, or a plain step,
+step by step (`policy.py`). This file reads prompts and flags, loads the models (`cli.py`), and
+streams text or prints JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from .ledger import Ledger
 from .medusa import MedusaHeads
 from .model import GPT
 from .sampling import Sampling
-from .timing import copy_bandwidth, cost_ratio, weight_bytes
+from .sizing import shape_of, size, sizing_prompts
+from .timing import copy_bandwidth, weight_bytes
 from .tree import from_accuracies, load_tree
 from .verify import RULES
 
@@ -117,22 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=1, help="decode the prompts B at a time: the B rows share "
                     "every forward, each accepts its own proposals, and each row's output is its batch-1 output; each "
                     "prompt's text is printed when its batch is done")
-    ap.add_argument("--k", help="draft: tokens proposed per step (1-16), or 'auto' to adapt k to the running "
-                    "acceptance rate and the measured draft/target cost (default: 4); lookup: tokens looked up per "
-                    "step (1-16, default: 8)")
+    ap.add_argument("--k", help="draft: tokens proposed per step (1-16); lookup: tokens looked up per step (1-16); "
+                    "default (or 'auto'): sized for this device and chosen step by step (sizing.py)")
     ap.add_argument("--max-ngram", type=int, help="lookup: the longest suffix of the text looked up (1-8); shorter "
                     "ones are tried when it has not occurred before (default: 3)")
     ap.add_argument("--window", type=int, help="lookahead: W, positions guessed ahead in parallel (1-32, default: 3)")
     ap.add_argument("--ngram", type=int, help="lookahead: N, the n-gram size: N - 1 Jacobi iterations are kept, and "
                     "each guess verifies N - 1 tokens (2-8, default: 3)")
-    ap.add_argument("--guesses", type=int, help="lookahead: G, the most n-grams verified per step (1-32, default: 2)")
-    ap.add_argument("--k-max", type=int, help="draft with --k auto: the largest k to try (default: 8)")
+    ap.add_argument("--guesses", type=int, help="lookahead: G, the most n-grams verified per step (1-32; default: "
+                    "sized for this device and chosen step by step)")
     ap.add_argument("--draft", help=f"draft: the draft model's weights (default: {DEFAULT_DRAFT.name} in weights/)")
     ap.add_argument("--heads", help=f"medusa: the heads' weights (default: {DEFAULT_HEADS.name} in weights/)")
     ap.add_argument("--tree", help="medusa: 'default' (built from the heads' measured accuracies) or a JSON file "
                     "{\"choices\": [[0], [1], [0, 0], ...]}; eagle: 'default' (EAGLE-2's dynamic tree) or such a "
                     "file (a static tree) (default: default)")
-    ap.add_argument("--tree-nodes", type=int, help="medusa, eagle: nodes in the default tree (default: 16)")
+    ap.add_argument("--tree-nodes", type=int, help="medusa, eagle: nodes in the default tree (default: sized for this "
+                    "device and chosen step by step; 16 with --cuda-graph or --eagle-topk/--eagle-depth)")
     ap.add_argument("--eagle", help=f"eagle: the draft head's weights (default: {DEFAULT_EAGLE.name} in weights/)")
     ap.add_argument("--eagle-topk", type=int, help="eagle: children per expanded node, and nodes expanded per "
                     f"depth, of the dynamic tree (default: {EAGLE_TOPK})")
@@ -170,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cuda-graph", action="store_true", help="run each decoding step (--method ar) or tree "
                     "verification (--method medusa) as a captured CUDA graph: no Python or launch overhead per step")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
+    ap.add_argument("--remeasure", action="store_true", help="measure the sizes of a method named without one again "
+                    "(sizing.py), instead of reading runs/sizing/")
     ap.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
                     "proposing, the acceptance rule, cache work and the rest (ledger.py; stats ledger_s); slows CUDA")
     return ap
@@ -192,6 +199,8 @@ def load_heads_and_tree(args, model: GPT, device, dtype) -> tuple[MedusaHeads, o
     if args.tree in (None, "default"):
         if heads.accuracy is None:
             die(f"{path} records no head accuracies to build a default tree from: pass --tree FILE.json")
+        if args.tree_nodes is None and not args.cuda_graph:
+            return heads, None  # sized for this device (`sizing.py`)
         nodes = 16 if args.tree_nodes is None else args.tree_nodes
         problem = check_tree_nodes(nodes, model.config.n_ctx)
         if problem:
@@ -222,7 +231,7 @@ def load_eagle_and_tree(args, model: GPT, device, dtype):
             tree = load_tree(args.tree)
         except ValueError as e:
             die(str(e))
-    nodes = len(tree) if tree is not None else (16 if args.tree_nodes is None else args.tree_nodes)
+    nodes = len(tree) if tree is not None else (16 if args.tree_nodes is None else args.tree_nodes)  # when not sized
     problem = check_tree_nodes(nodes, model.config.n_ctx)
     if problem:
         die(f"--tree{'-nodes' if tree is None else ' ' + args.tree}: {problem}")
@@ -230,13 +239,21 @@ def load_eagle_and_tree(args, model: GPT, device, dtype):
 
 
 def parse_k(args) -> int | str:
-    """--k as an int in 1..16, or 'auto'."""
-    k = args.k or "4"
+    """--k as an int in 1..16, or 'auto' (also when not given: sized for this device)."""
+    k = args.k or "auto"
     k = int(k) if k.isdigit() else k
-    problem = check_k(k) or (check_k(args.k_max) if k == "auto" and args.k_max is not None else None)
+    problem = check_k(k)
     if problem:
-        die(f"--k{'-max' if k == 'auto' else ''}: {problem}")
+        die(f"--k: {problem}")
     return k
+
+
+def sized(args) -> bool:
+    """Is the method named without a size, so that `sizing.py` chooses it for this device?"""
+    return (args.method in ("draft", "lookup") and args.k in (None, "auto")) or \
+        (args.method in ("medusa", "eagle") and args.tree in (None, "default") and args.tree_nodes is None and
+         args.eagle_topk is None and args.eagle_depth is None and not args.cuda_graph) or \
+        (args.method == "lookahead" and args.guesses is None)
 
 
 def heading(i: int, n: int) -> str:
@@ -274,11 +291,7 @@ def generate(args) -> None:
     if args.max_new_tokens < 1:
         die(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     check_method_flags(args)
-    if args.method == "lookup" and args.k is None:
-        args.k = "8"
     k = parse_k(args) if args.method in ("draft", "lookup") else None
-    if args.method == "lookup" and k == "auto":
-        die("--k auto adapts a draft model's k; --method lookup needs an integer in 1..16")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
@@ -313,7 +326,7 @@ def generate(args) -> None:
     defaults = dict(max_ngram=3, window=3, ngram=3, guesses=2)
     free = {name: default if getattr(args, name) is None else getattr(args, name) for name, default in defaults.items()}
     if args.method in ("lookup", "lookahead"):
-        problem = check_draft_free(args.method, k, n_ctx=n_ctx, **free)
+        problem = check_draft_free(args.method, 8 if k == "auto" else k, n_ctx=n_ctx, **free)
         if problem:
             die(problem)
     if args.prompt_file:
@@ -321,12 +334,19 @@ def generate(args) -> None:
     encoded = [enc.encode_ordinary(p) for p in tqdm(prompts, desc="encoding", unit="prompt", file=sys.stderr,
                                                     disable=len(prompts) < 1000)]
     check_prompts(encoded, n_ctx)
-    c = cost_ratio(model, draft) if k == "auto" else None
     vocab = load_draft_vocab(args.draft_vocab, model.config.vocab_size) if args.draft_vocab is not None else None
-    decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, cost=c,
-                      draft_vocab=vocab,
-                      k_max=8 if args.k_max is None else args.k_max, batch_size=args.batch_size,
-                      **({"eagle_tree": eagle_tree} if eagle_tree else {}), **free)
+    settings = dict(draft_vocab=vocab, batch_size=args.batch_size, **({"eagle_tree": eagle_tree} if eagle_tree else {}),
+                    **free)
+    sizing = None
+    if sized(args):  # measure (or read) what pays on this device, then choose per step
+        base = Decoder(model, args.method, draft, 4, heads, tree, args.accept, **settings)
+        with tqdm(total=None, desc=f"sizing {args.method} for this device", file=sys.stderr, bar_format="{desc}",
+                  disable=args.json) as bar:
+            sizing = size(args.method, base, sizing_prompts(enc), sampling, remeasure=args.remeasure,
+                          progress=lambda text: bar.set_description_str(text))
+        print(sizing.describe(), file=sys.stderr)
+        settings["policy"] = sizing.policy(lambda stored: shape_of(args.method, base, stored))
+    decoder = Decoder(model, args.method, draft, k, heads, tree, args.accept, cuda_graph=args.cuda_graph, **settings)
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
 
@@ -342,8 +362,8 @@ def generate(args) -> None:
             stats["of_copy_bandwidth"] = round(weight_traffic / peak, 3)
         else:
             stats["threads"] = threads
-        if c is not None:
-            stats["cost_ratio"] = round(c, 4)
+        if sizing is not None:  # what the policy chose, step by step: steps by the size they verified
+            stats["sized"] = {"chosen": sizing.chosen() and sizing.chosen()["shape"], "file": sizing.path}
         if printer:
             printer.finish()
             if res.stop_reason == "context":

@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from .decoding import TARGET, Row, Step, Steps, accept_tree, feed, first_steps, leave, new_rows, prefill, ready
+from .decoding import TARGET, Chooser, Row, Step, Steps, accept_tree, feed, first_steps, leave, new_rows, prefill, ready
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, sample
@@ -192,7 +192,8 @@ class LookaheadRow(Row):
 
 @torch.no_grad()
 def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
-              window: int = 3, ngram: int = 3, guesses: int = 2, rule: str = "greedy", cache: KVCache | None = None,
+              window: int = 3, ngram: int = 3, guesses: int | Chooser = 2, rule: str = "greedy",
+              cache: KVCache | None = None,
               pools: list[NgramPool] | None = None) -> Steps:
     """Lookahead decoding of every row (prompt) at once; yields what each target forward gave
     each row (`decoding.py`). Each row has its own window, n-gram pool and trie, all fed in ONE
@@ -200,25 +201,30 @@ def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generat
 
     window W, ngram N, guesses G as in the paper: a step feeds W (N - 1) window tokens and a
     trie of at most G (N - 1) nodes. rule: a name from `verify.RULES` that needs no draft
-    distribution (greedy at temperature 0, pointmass for exact sampling). cache: reused if given
-    (emptied first). pools: each row's `NgramPool` to start from (default: empty ones); they are updated."""
+    distribution (greedy at temperature 0, pointmass for exact sampling). guesses may be a
+    `decoding.Chooser` instead, choosing G (or None: a plain step) every step. cache: reused if
+    given (emptied first). pools: each row's `NgramPool` to start from (default: empty ones); they
+    are updated."""
     accept, device, n_ctx = tree_rule(rule, draft_free=True), target.lm_head.weight.device, target.config.n_ctx
-    size = (window + guesses) * (ngram - 1)  # the most tokens one step feeds
+    policy = None if isinstance(guesses, int) else guesses
+    most = max(policy.shapes.values()) if policy else guesses
+    size = (window + most) * (ngram - 1)  # the most tokens one step feeds
     cache = ready(cache, target, len(prompts), max_len + size + 1)
     rows = new_rows(prompts, generators, LookaheadRow)
     prefill(target, cache, rows, sampling)
     for r in rows:
-        r.pool, r.fill = pools[r.id] if pools else NgramPool(guesses), filler(r.seq)
+        r.pool, r.fill = pools[r.id] if pools else NgramPool(most), filler(r.seq)
         r.grid = [[int(r.root)] + [r.fill() for _ in range(window - 1)]]
     done = yield first_steps(rows)
     while rows := leave(rows, done, [cache], max_len):
+        chosen = policy.choose(len(rows)) if policy else guesses  # None: a plain step
         before, inputs, tries = list(cache.lengths), [], []
         for b, r in enumerate(rows):
             grid, L = r.grid, cache.lengths[b]
-            trie_tokens, parents = trie(r.pool.guesses(int(r.root))[:guesses])
+            trie_tokens, parents = trie(r.pool.guesses(int(r.root))[:chosen or 0])
             deepest = max(len(grid) + window - 2, ngram - 1 if trie_tokens else 0)  # the largest position offset
-            if L + len(grid) * window + len(trie_tokens) > max_len or L + deepest >= n_ctx:  # no room: a plain step
-                inputs.append((r.root.view(1), None, None, None))
+            if chosen is None or L + len(grid) * window + len(trie_tokens) > max_len or L + deepest >= n_ctx:
+                inputs.append((r.root.view(1), None, None, None))  # a plain step, chosen or for want of room
                 tries.append(None)
             else:
                 tries.append(tree_on(parents, device) if trie_tokens else None)
@@ -233,8 +239,12 @@ def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generat
                 continue
             produced[r.id], r.root, top = step_outputs(target, cache, b, before[b], r.grid, x, h[b], at, tries[b],
                                                        accept, sampling, r.generator)
+            produced[r.id].size = (window + chosen) * (ngram - 1)  # what a step of this G feeds, at most
             if len(r.grid) == ngram - 1:  # a full window: each column, topped by its output, is an n-gram
                 for c in range(window):
                     r.pool.add([row[c] for row in r.grid] + [top[c]])
             r.grid = slide(r.grid, top, int(r.root), ngram, r.fill)
+        if policy:  # what every row that took a lookahead step accepted; the policy times the step itself
+            policy.update([len(produced[r.id].tokens) - 1 for r, x in zip(rows, inputs) if x[1] is not None], chosen,
+                          len(rows))
         done = yield produced

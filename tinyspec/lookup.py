@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
+from .decoding import Chooser, Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling
@@ -83,25 +83,28 @@ class LookupRow(Row):
 
 @torch.no_grad()
 def lookup(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
-           k: int = 8, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Steps:
+           k: int | Chooser = 8, max_ngram: int = 3, rule: str = "greedy", cache: KVCache | None = None) -> Steps:
     """Prompt lookup decoding of every row (prompt) at once; yields what each target forward gave
     each row (`decoding.py`). Each row looks up its own text; rows with nothing to propose take a
     plain step in the same forward as the others' chains.
 
-    k: tokens proposed per step; max_ngram: the longest suffix looked up; rule: a name from
+    k: tokens proposed per step, or a `decoding.Chooser` that chooses k (or a plain step) every
+    step; max_ngram: the longest suffix looked up; rule: a name from
     `verify.RULES` that needs no draft distribution (greedy at temperature 0, pointmass for
     exact sampling; typical is not lossless). cache: reused if given (emptied first)."""
     accept, device, n_ctx = tree_rule(rule, draft_free=True), target.lm_head.weight.device, target.config.n_ctx
-    cache = ready(cache, target, len(prompts), max_len + k + 1)
+    policy = None if isinstance(k, int) else k
+    cache = ready(cache, target, len(prompts), max_len + (policy.largest if policy else k) + 1)
     rows = new_rows(prompts, generators, LookupRow)
     prefill(target, cache, rows, sampling)
     for r in rows:
         r.index = NgramIndex(max_ngram, r.seq + [int(r.root)])
     done = yield first_steps(rows)
     while rows := leave(rows, done, [cache], max_len):
+        chosen = policy.choose(len(rows)) if policy else k  # None: a plain step
         proposals = []
         for b, r in enumerate(rows):  # 1. propose
-            room = min(k, max_len - cache.lengths[b] - 1, n_ctx - 1 - cache.lengths[b])  # the chain's slots and positions
+            room = min(chosen or 0, max_len - cache.lengths[b] - 1, n_ctx - 1 - cache.lengths[b])  # slots and positions
             guess = r.index.propose(room) if room > 0 else []  # nothing to look up: a plain step
             proposals.append((torch.tensor(guess, device=device), tree_on(chain(len(guess)).parents, device), None)
                              if guess else None)
@@ -110,4 +113,6 @@ def lookup(target: GPT, prompts: list[list[int]], sampling: Sampling, generators
         for r, (step, _) in zip(rows, verify_trees(target, cache, rows, proposals, accept, sampling)):
             r.index.extend(step.tokens)
             produced[r.id] = step
+        if policy:  # what every row that proposed accepted; the policy times the step itself
+            policy.update([len(produced[r.id].tokens) - 1 for r, prop in zip(rows, proposals) if prop], chosen, len(rows))
         done = yield produced

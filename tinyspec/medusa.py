@@ -34,13 +34,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .decoding import Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
+from .decoding import Chooser, Row, Steps, first_steps, leave, new_rows, prefill, ready, verify_trees
 from .files import atomic_save_tensors, read_tensors
 from .kvcache import KVCache
 from .model import GPT
@@ -116,15 +116,6 @@ def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, sampled: 
     return top[depth[1:], ranks], None
 
 
-class TreeChooser(Protocol):
-    """What chooses the tree step by step (`auto.BatchPolicy`): a tree, or none (a plain step)."""
-    largest: int  # nodes of the largest tree it may choose
-
-    def choose(self, rows: int) -> Tree | None: ...  # the tree for this step at this many rows
-
-    def update(self, accepted: list[int], tree: Tree | None, rows: int | None = None) -> None: ...  # what it accepted
-
-
 @dataclass
 class MedusaRow(Row):
     h: torch.Tensor | None = None  # the hidden state the heads read: the root's parent's
@@ -132,13 +123,13 @@ class MedusaRow(Row):
 
 @torch.no_grad()
 def medusa(target: GPT, heads: MedusaHeads, prompts: list[list[int]], sampling: Sampling, generators: list,
-           max_len: int, tree: Tree | TreeChooser, rule: str = "greedy", cache: KVCache | None = None,
+           max_len: int, tree: Tree | Chooser, rule: str = "greedy", cache: KVCache | None = None,
            forward: Callable | None = None) -> Steps:
     """Medusa decoding of every row (prompt) at once; yields what each target forward gave each
     row (`decoding.py`). The heads read every row's hidden state in one call, each row's tree is
     filled from its own guesses, one target forward verifies all trees.
 
-    tree: the same tree every step, or a `TreeChooser` (`auto.BatchPolicy`) that picks one (or
+    tree: the same tree every step, or a `decoding.Chooser` (`policy.Policy`) that picks one (or
     none) per step. rule: a name from `verify.RULES` (lossless rules at T > 0: pointmass, or
     lossless with sampled trees). cache: reused if given (emptied first). forward(tokens, L):
     batch 1, verifies the root and the tree over it (`fastpath.fixed_forward` makes a

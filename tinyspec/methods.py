@@ -19,7 +19,7 @@ import torch
 
 from .auto import BatchPolicy
 from .cli import die, refuse_other_kind
-from .decoding import autoregressive
+from .decoding import Chooser, autoregressive
 from .eagle import DEFAULT_DEPTH as EAGLE_DEPTH, DEFAULT_TOPK as EAGLE_TOPK, EagleHead, eagle, expanded_at_most
 from .fastpath import fixed_forward
 from .kvcache import KVCache
@@ -27,7 +27,7 @@ from .lookahead import lookahead
 from .lookup import lookup
 from .medusa import MedusaHeads, medusa
 from .model import GPT, DraftVocab
-from .speculative import AdaptiveK, accept_or_resample, speculative
+from .speculative import accept_or_resample, speculative
 from .verify import CHAIN_ONLY, RULES, SAMPLED, chain_rule
 
 MAX_K = 16  # draft tokens per step: beyond this, acceptance alpha^k leaves nothing to gain
@@ -103,19 +103,20 @@ class Decoder:
     dynamic tree of `eagle_tree` = (top_k, depth, total_tokens)), "lookup" (with `k` and `max_ngram`),
     "lookahead" (with `window`, `ngram` and `guesses`) or "auto" (Medusa `heads` with a tree, or
     none, chosen per step by `auto.BatchPolicy`, measured here for batches of up to `batch_size`
-    rows). rule: the acceptance rule's name (verify.RULES); default greedy at
-    temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are not
-    sampled). cost: the draft's cost ratio c, for k = "auto". draft_vocab: token ids the draft
-    model, the heads or the EAGLE head propose from (`model.DraftVocab`; default: all)."""
+    rows). policy: a `decoding.Chooser` (`policy.Policy`, made by `sizing.py` for a method named
+    without a size) that chooses each step's k, tree, EAGLE-2 budget or lookahead's G, or a plain
+    step, in place of the fixed one. rule: the acceptance rule's name (verify.RULES); default
+    greedy at temperature 0, else lossless (pointmass for lookup and lookahead, whose guesses are
+    not sampled). draft_vocab: token ids the draft model, the heads or the EAGLE head propose from
+    (`model.DraftVocab`; default: all)."""
 
     def __init__(self, target: GPT, method: str = "ar", draft: GPT | None = None, k: int | str = 4,
                  heads: MedusaHeads | EagleHead | None = None, tree=None, rule: str | None = None,
-                 cuda_graph: bool = False, cost: float | None = None, k_max: int = 8,
-                 eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16), max_ngram: int = 3,
-                 window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1,
-                 draft_vocab: torch.Tensor | None = None):
-        self.target, self.method, self.draft, self.k, self.k_max = target, method, draft, k, k_max
-        self.heads, self.tree, self.rule, self.cost, self.eagle_tree = heads, tree, rule, cost, eagle_tree
+                 cuda_graph: bool = False, eagle_tree: tuple[int, int, int] = (EAGLE_TOPK, EAGLE_DEPTH, 16),
+                 max_ngram: int = 3, window: int = 3, ngram: int = 3, guesses: int = 2, batch_size: int = 1,
+                 draft_vocab: torch.Tensor | None = None, policy: Chooser | None = None):
+        self.target, self.method, self.draft, self.k = target, method, draft, k
+        self.heads, self.tree, self.rule, self.eagle_tree = heads, tree, rule, eagle_tree
         self.max_ngram, self.window, self.ngram, self.guesses = max_ngram, window, ngram, guesses
         self.n_ctx = target.config.n_ctx if draft is None else min(target.config.n_ctx, draft.config.n_ctx)
         self.cache = KVCache.for_model(target, target.config.n_ctx)
@@ -125,9 +126,14 @@ class Decoder:
                 raise ValueError("CUDA graphs are for plain decoding and Medusa's tree verification")
             self.forward = fixed_forward(target, self.cache, tree if method == "medusa" else None)
         self.draft_cache = KVCache.for_model(draft, draft.config.n_ctx) if draft is not None else None
+        if method == "auto" and policy is None:
+            policy = BatchPolicy(target, heads, max_rows=batch_size)  # measures forward costs now
+        if policy is None and k == "auto":
+            raise ValueError("k 'auto' is chosen by a policy measured on the device: pass one (sizing.py)")
+        self.policy = policy
         if method == "eagle":  # the head's cache also holds the nodes one step expands
-            self.draft_cache = heads.new_cache(self.n_ctx + expanded_at_most(*eagle_tree, tree))
-        self.policy = BatchPolicy(target, heads, max_rows=batch_size) if method == "auto" else None  # measures costs
+            shapes = policy.shapes.values() if policy is not None else [eagle_tree]
+            self.draft_cache = heads.new_cache(self.n_ctx + max(expanded_at_most(*s, tree) for s in shapes))
         if draft_vocab is not None:  # the drafter proposes from these tokens only (model.DraftVocab)
             drafter, head = (draft, draft.lm_head) if method == "draft" else (heads, target.lm_head)
             drafter.draft_vocab = DraftVocab(head, draft_vocab)
@@ -148,6 +154,8 @@ class Decoder:
         if self.forward is not None and len(prompts) > 1:
             raise ValueError("a recorded forward (cuda_graph) decodes one prompt at a time")
         rule = self.rule or ("greedy" if sampling.temperature == 0 else method.sampled_rule)
+        if self.policy is not None:  # a new text: the policy's acceptance starts from its promise again
+            self.policy.reset()
         max_len = min(self.n_ctx, max(map(len, prompts)) + max_new_tokens + method.room(self))
         own = len(prompts) == 1  # batch 1: the caches made here
         return method.loop(self, own, (prompts, sampling, generators), max_len, rule)
@@ -160,10 +168,10 @@ def plain_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
 
 
 def draft_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
-    k = AdaptiveK(d.cost, d.k_max) if d.k == "auto" else d.k
     # a chain with one child per node: the lossless tree rule IS the token-level one, and at T = 0 greedy too
     accept = accept_or_resample if rule in ("greedy", "lossless") else chain_rule(rule)
-    return speculative(d.target, d.draft, *inputs, max_len, k, (d.cache, d.draft_cache) if own else None, accept)
+    return speculative(d.target, d.draft, *inputs, max_len, d.policy or d.k, (d.cache, d.draft_cache) if own else None,
+                       accept)
 
 
 def medusa_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):  # auto: a tree chosen per step by the policy
@@ -173,7 +181,7 @@ def medusa_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):  # auto
 def eagle_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
     top_k, depth, _ = d.eagle_tree
     caches = (d.cache, d.draft_cache) if own else (None, None)
-    return eagle(d.target, d.heads, *inputs, max_len, rule, top_k, depth, eagle_nodes(d), d.tree, *caches)
+    return eagle(d.target, d.heads, *inputs, max_len, rule, top_k, depth, d.policy or eagle_nodes(d), d.tree, *caches)
 
 
 def eagle_nodes(d: Decoder) -> int:
@@ -181,11 +189,17 @@ def eagle_nodes(d: Decoder) -> int:
 
 
 def lookup_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
-    return lookup(d.target, *inputs, max_len, d.k, d.max_ngram, rule, d.cache if own else None)
+    return lookup(d.target, *inputs, max_len, d.policy or d.k, d.max_ngram, rule, d.cache if own else None)
 
 
 def lookahead_loop(d: Decoder, own: bool, inputs, max_len: int, rule: str):
-    return lookahead(d.target, *inputs, max_len, d.window, d.ngram, d.guesses, rule, d.cache if own else None)
+    return lookahead(d.target, *inputs, max_len, d.window, d.ngram, d.policy or d.guesses, rule,
+                     d.cache if own else None)
+
+
+def largest(d: Decoder, fixed: Callable[[Decoder], int]) -> int:
+    """The most tokens a step of the decoder proposes: its policy's largest size, or fixed(d)."""
+    return d.policy.largest if d.policy is not None else fixed(d)
 
 
 @dataclass(frozen=True)
@@ -211,18 +225,18 @@ class Method:
 METHODS = {
     "ar": Method("plain autoregressive decoding", plain_loop, proposes="nothing"),
     "draft": Method("speculative decoding with a draft model (Leviathan et al. 2022)", draft_loop,
-                    ("k", "k_max", "draft", "draft_vocab"), lambda d: d.k_max if d.k == "auto" else d.k, proposes="a sampled chain",
-                    size="K|auto"),
+                    ("k", "draft", "draft_vocab"), lambda d: largest(d, lambda d: d.k), proposes="a sampled chain", size="K|auto"),
     "medusa": Method("Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)", medusa_loop,
-                     ("heads", "tree", "tree_nodes", "draft_vocab"), lambda d: len(d.tree) + 1, size="NODES"),
+                     ("heads", "tree", "tree_nodes", "draft_vocab"), lambda d: largest(d, lambda d: len(d.tree)) + 1, size="NODES"),
     "eagle": Method("an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target "
                     "pass", eagle_loop, ("tree", "tree_nodes", "eagle", "eagle_topk", "eagle_depth", "draft_vocab"),
-                    lambda d: eagle_nodes(d) + 1, size="NODES"),
+                    lambda d: largest(d, eagle_nodes) + 1, size="NODES"),
     "lookup": Method("prompt lookup: the text's own earlier continuation of its last tokens is the proposal",
-                     lookup_loop, ("k", "max_ngram"), lambda d: d.k + 1, proposes="fixed tokens", size="K"),
+                     lookup_loop, ("k", "max_ngram"), lambda d: largest(d, lambda d: d.k) + 1, proposes="fixed tokens", size="K"),
     "lookahead": Method("n-grams from the target's own Jacobi iterations, made and verified in the same pass",
                         lookahead_loop, ("window", "ngram", "guesses"),
-                        lambda d: (d.window + d.guesses) * (d.ngram - 1), proposes="fixed tokens", size="W,N,G"),
+                        lambda d: largest(d, lambda d: (d.window + d.guesses) * (d.ngram - 1)), proposes="fixed tokens",
+                        size="W,N,G"),
     "auto": Method("Medusa where it pays at the batch's size and the running acceptance, plain decoding where it "
                    "does not (measures forward costs first, a few seconds, for batches up to --batch-size)", medusa_loop,
                    ("heads",), lambda d: d.policy.largest + 1),

@@ -120,7 +120,7 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes
         import transformers  # noqa: F401
     except ImportError:
         return []
-    ours = lambda prompt: run(runner.decoder(("ar", "")).steps(prompt, Sampling(0.0), None, runner.max_new),
+    ours = lambda prompt: run(runner.decoder(("ar", ""), Sampling(0.0)).steps(prompt, Sampling(0.0), None, runner.max_new),
                               runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
     peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
                              ours, modes or MODES)

@@ -18,14 +18,18 @@ accepted iff it is the target's argmax, and the residual is the target's argmax.
 With acceptance rate alpha (the chance that a proposed token is accepted) and cost ratio c
 (one draft forward / one target forward), a step yields (1 - alpha^(k+1)) / (1 - alpha) tokens
 on average and costs k c + 1 target forwards: the expected speedup (Leviathan, Theorem 3.8)
-is (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)). `AdaptiveK` picks k to maximise it.
+is (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)). The k that maximises it is `best_k`; a step
+costs more than k c + 1 forwards, though (the rule, the caches, the loop's own work), so the k
+that `--k auto` uses is chosen from whole steps measured on the device, and step by step from
+the running acceptance (`policy.py`, chapter 12).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .decoding import ACCEPTED, BONUS, CORRECTION, TARGET, Step, Steps, feed, last, leave, new_rows, ready, sample_rows
+from .decoding import (ACCEPTED, BONUS, CORRECTION, TARGET, Chooser, Step, Steps, feed, last, leave, new_rows, ready,
+                       sample_rows)
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, residual, sample
@@ -51,7 +55,7 @@ def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, dr
 
 @torch.no_grad()
 def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sampling, generators: list,
-                max_len: int, k: int | AdaptiveK = 4, caches: tuple[KVCache, KVCache] | None = None,
+                max_len: int, k: int | Chooser = 4, caches: tuple[KVCache, KVCache] | None = None,
                 accept=accept_or_resample) -> Steps:
     """Draft-model speculative decoding of every row (prompt) at once; yields what each target
     forward gave each row (`decoding.py`).
@@ -59,15 +63,16 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
     Both models keep their own KV cache. Every token of a row's `seq` (prompt + output) is fed
     to each model exactly once: each forward starts with the tokens that model has not seen yet
     (the whole prompt the first time, then usually the last correction/bonus token; the draft
-    also catches up on the last proposal after a fully accepted step, and on every token of steps
-    where AdaptiveK chose not to draft). Rejected proposals are cut from both caches with
+    also catches up on the last proposal after a fully accepted step, and on every token of plain
+    steps, where the chooser chose not to draft). Rejected proposals are cut from both caches with
     `truncate`, so each cache always holds a prefix of `seq`, as plain decoding would build it.
 
     Each draft forward proposes the next token of every row; one target forward scores every
     row's proposals, and each row accepts its own prefix with `accept`: `accept_or_resample` or
     another chain rule with its signature (`verify.chain_rule` makes one from any rule of
-    verify.py's table). k is the same for all rows (an int, or an `AdaptiveK` that learns from
-    all of them), and no more than the row with the least room left allows. `caches` (target's,
+    verify.py's table). k is the same for all rows (an int, or a `decoding.Chooser` that chooses
+    it, or a plain step, every step and learns from all rows: `policy.Policy`), and no more than
+    the row with the least room left allows. `caches` (target's,
     draft's; emptied first) lets a caller reuse them or look inside them afterwards."""
     device = target.lm_head.weight.device
     # a prompt that fills max_len leaves no room for a step: its row ends at once
@@ -75,12 +80,13 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
     if not rows:
         return
     caches = caches or (None, None)
-    t_cache = ready(caches[0], target, len(rows), max_len + 1 + (k if isinstance(k, int) else k.k_max))
+    policy = None if isinstance(k, int) else k
+    t_cache = ready(caches[0], target, len(rows), max_len + 1 + (policy.largest if policy else k))
     d_cache = ready(caches[1], draft, len(rows), 2 * max_len)  # a draft that sat out steps catches up in one
-    policy = k if isinstance(k, AdaptiveK) else None
     while rows:
         room = min(max_len - len(r.seq) for r in rows)
-        k_step = min(policy.choose() if policy else k, room)
+        chosen = policy.choose(len(rows)) if policy else k  # None: a plain step
+        k_step = min(chosen or 0, room)
         # 1. the draft proposes k tokens per row, one forward for all rows each
         unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
         drafts, qs = [], []
@@ -101,42 +107,12 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
             kind = TARGET if k_step == 0 else BONUS if n == k_step else CORRECTION
             t_cache.truncate(len(r.seq) + n, b)
             d_cache.truncate(min(d_cache.lengths[b], len(r.seq) + n), b)
-            if policy:
-                policy.update(n, rejected=kind == CORRECTION)
-            produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)], [ACCEPTED] * n + [kind], proposed=k_step)
+            produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)], [ACCEPTED] * n + [kind], k_step, k_step)
             r.seq += produced[r.id].tokens
+        if policy:  # what every row accepted; the policy times the step itself
+            policy.update([len(s.tokens) - 1 for s in produced.values()] if k_step else [], chosen, len(rows))
         done = yield produced
         rows = leave(rows, done, [t_cache, d_cache], max_len)
-
-
-class AdaptiveK:
-    """Choose k each step from the running acceptance rate and the measured cost ratio.
-
-    alpha is estimated from the recent steps (counts decay by `decay` per step, so the estimate
-    follows the text: code is easier to guess than prose). Each step evaluates n accepted
-    proposals plus one rejected one (if any), so alpha = accepted / evaluated. k = 0 means plain
-    decoding; then every `probe_every` steps one token is proposed anyway, to keep alpha fresh."""
-
-    def __init__(self, cost_ratio: float, k_max: int = 8, decay: float = 0.9, probe_every: int = 8):
-        self.c, self.k_max, self.decay, self.probe_every = cost_ratio, k_max, decay, probe_every
-        self.accepted, self.evaluated = 1.0, 2.0  # prior: alpha = 0.5
-        self.steps_without_drafting = 0
-
-    @property
-    def alpha(self) -> float:
-        return self.accepted / self.evaluated
-
-    def choose(self) -> int:
-        k = best_k(self.alpha, self.c, self.k_max)
-        if k == 0:
-            self.steps_without_drafting += 1
-            if self.steps_without_drafting % self.probe_every == 0:
-                return 1
-        return k
-
-    def update(self, n_accepted: int, rejected: bool) -> None:
-        self.accepted = self.decay * self.accepted + n_accepted
-        self.evaluated = self.decay * self.evaluated + n_accepted + rejected
 
 
 def expected_tokens(alpha: float, k: int) -> float:

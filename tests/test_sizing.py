@@ -1,0 +1,113 @@
+"""Speculation sized to the device (sizing.py) and chosen step by step (policy.py): the measurement,
+its cache, the choice it makes and the cost model's prediction, on made-up numbers where the
+answer is known, and on small random models where only its form is."""
+import json
+
+import pytest
+import torch
+
+from tinyspec import sizing
+from tinyspec.decoding import autoregressive, run
+from tinyspec.methods import Decoder
+from tinyspec.policy import Policy
+from tinyspec.sampling import Sampling
+from tinyspec.sizing import Sizing
+
+from conftest import random_gpt, random_heads
+from test_speculative import perturbed
+
+
+def made_up(plain_s=1.0, **rows) -> Sizing:
+    """A Sizing of a draft with C (seconds) and A (accepted) per k given as k=(C, A)."""
+    return Sizing("draft", plain_s, [{"size": k, "shape": k, "steps": 10, "seconds": c, "accepted": a}
+                                     for k, (c, a) in ((int(k[1:]), v) for k, v in rows.items())])
+
+
+def test_the_fastest_predicted_size_is_chosen():
+    s = made_up(k1=(1.2, 0.8), k2=(1.4, 1.5), k4=(2.0, 2.0))  # (1 + A) / C: 1.50, 1.79, 1.50
+    assert s.chosen()["size"] == 2 and s.speedup(s.chosen()) == pytest.approx(2.5 / 1.4)
+    assert "k = 2" in s.describe() and "1.79x" in s.describe()
+
+
+def test_where_no_size_pays_plain_steps_are_chosen():
+    s = made_up(k1=(2.5, 0.9), k2=(3.0, 1.5))  # 0.76x and 0.83x
+    assert s.chosen() is None and "no size pays" in s.describe() and "0.83x" in s.describe()
+    policy = s.policy(lambda stored: stored)
+    assert policy.choose(1) is None  # the policy agrees: a plain step
+
+
+def test_the_menu_keeps_the_best_shape_of_each_size():
+    s = Sizing("eagle", 1.0, [{"size": 16, "shape": [2, 6, 16], "steps": 5, "seconds": 2.0, "accepted": 3.0},
+                              {"size": 16, "shape": [4, 4, 16], "steps": 5, "seconds": 2.0, "accepted": 3.5},
+                              {"size": 8, "shape": [2, 4, 8], "steps": 0, "seconds": None, "accepted": 0.0}])
+    assert list(s.menu()) == [16] and s.menu()[16]["shape"] == [4, 4, 16]  # a size never measured is left out
+    assert s.seconds(16, [2, 6, 16]) == 2.0 and s.seconds(0) == 1.0
+
+
+def test_the_cost_model_adds_up_each_step_at_its_measured_cost():
+    s = made_up(plain_s=0.01, k2=(0.015, 1.0), k4=(0.02, 2.0))
+    # 2 prompts: their prefills (0.05 s in all) gave one token each; then 3 plain steps, 4 of k = 2, 5 of k = 4
+    assert s.predicted_s({0: 5, 2: 4, 4: 5}, prompts=2, prefill_s=0.05) == pytest.approx(0.05 + 0.03 + 0.06 + 0.1)
+    assert s.predicted_s({0: 5, 4: 2}, prompts=2, prefill_s=0.0, stored=4) == pytest.approx(0.03 + 0.04)
+
+
+def test_the_policy_speculates_less_where_the_text_accepts_less():
+    """Held-out text promised A(k); text that accepts half as much makes the cheaper k the faster."""
+    policy = Policy({2: 1.5, 6: 3.0}, lambda size, rows: {0: 1.0, 2: 1.3, 6: 2.0}[size])
+    assert policy.choose(1) == 6  # (1 + 3) / 2 = 2.0 against (1 + 1.5) / 1.3 = 1.92
+    for _ in range(40):
+        policy.update([1], 6, rows=None)  # a third of the promise
+    assert 0.3 < policy.a < 0.4 and policy.choose(1) == 2  # (1 + 1.0) / 2 against (1 + 0.5) / 1.3
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_gpt(vocab_size=64, n_ctx=128, scale=4.0)
+    return target, perturbed(target, 0.05, 1)
+
+
+def prompts(n=3):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 64, (12,), generator=g).tolist() for _ in range(n)]
+
+
+def test_measure_times_every_shape_and_counts_what_it_accepted(models):
+    target, draft = models
+    d = Decoder(target, "draft", draft, 4)
+    s = sizing.measure("draft", d, prompts(), Sampling(0.0), new_tokens=24)
+    assert [r["size"] for r in s.shapes] == list(sizing.DRAFT_KS) and s.plain_s > 0
+    for r in s.shapes:
+        assert r["steps"] > 0 and r["seconds"] > 0 and 0 <= r["accepted"] <= r["size"]
+
+
+def test_sizes_are_measured_once_and_read_after(models, tmp_path):
+    target, draft = models
+    d = Decoder(target, "draft", draft, 4)
+    first = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    assert first.measured_s > 0 and len(list(tmp_path.iterdir())) == 1
+    again = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    assert again.measured_s == 0 and again.shapes == first.shapes and "measured earlier" in again.describe()
+    sampled = sizing.size("draft", d, prompts(), Sampling(1.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    assert sampled.measured_s > 0 and len(list(tmp_path.iterdir())) == 2  # another sampling: another measurement
+    Path = type(tmp_path)
+    Path(first.path).write_text("{not json")  # a damaged file is measured again, and written anew
+    repaired = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    assert repaired.measured_s > 0 and json.loads(Path(first.path).read_text())["key"] == first.key
+    forced = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, remeasure=True, shapes=[(1, 1), (2, 2)])
+    assert forced.measured_s > 0
+
+
+def test_sized_methods_decode_what_plain_decoding_does(models):
+    """Whatever the measurement chooses, each step of its policy is exact: greedy output is plain
+    decoding's for every method (Medusa's trees come from the heads' accuracies)."""
+    target, draft = models
+    heads = random_heads(32, 3, seed=1)
+    heads.accuracy = torch.tensor([[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.1]])
+    plain = [run(autoregressive(target, [p], Sampling(0.0), [None], 96), 30).token_ids for p in prompts()]
+    for method, models_ in (("draft", dict(draft=draft)), ("medusa", dict(heads=heads)), ("lookup", {}),
+                            ("lookahead", {})):
+        base = Decoder(target, method, k=4, **models_)
+        s = sizing.measure(method, base, prompts(2), Sampling(0.0), new_tokens=16)
+        d = Decoder(target, method, k="auto", policy=s.policy(lambda stored: sizing.shape_of(method, base, stored)),
+                    **models_)
+        assert [run(d.steps(p, Sampling(0.0), None, 30), 30).token_ids for p in prompts()] == plain, method
