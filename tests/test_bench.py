@@ -205,3 +205,15 @@ def test_profile_splits_every_row(files, capsys):
     for r in rows:
         assert set(r["ledger"]) == {"target", "propose", "rule", "cache", "rest"}
         assert sum(r["ledger"].values()) == pytest.approx(1, abs=0.01) and (r["ledger"]["propose"] > 0) == (r["method"] != "ar")
+
+
+def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
+    """ledger.png: per method, the time per token over ar's, split into the ledger's parts."""
+    pytest.importorskip("matplotlib")
+    from tinyspec.plots import write_plots
+    ledger = lambda target, propose: {"target": target, "propose": propose, "rule": 0.05, "cache": 0.05,
+                                      "rest": 0.9 - target - propose}
+    rows = [{"method": m, "temperature": 0.0, "category": c, "tau": tau, "speedup": speedup, "ledger": ledger(*parts)}
+            for m, tau, speedup, parts in (("ar", 1.0, 1.0, (0.8, 0.0)), ("medusa:16", 2.5, 0.9, (0.5, 0.3)))
+            for c in ("code", "docs")]
+    assert tmp_path / "ledger.png" in write_plots(rows, tmp_path)

@@ -111,3 +111,11 @@ def test_sized_methods_decode_what_plain_decoding_does(models):
         d = Decoder(target, method, k="auto", policy=s.policy(lambda stored: sizing.shape_of(method, base, stored)),
                     **models_)
         assert [run(d.steps(p, Sampling(0.0), None, 30), 30).token_ids for p in prompts()] == plain, method
+
+
+def test_a_method_that_never_proposed_takes_plain_steps():
+    """A lookup that found nothing on the sizing prompts: nothing to choose, so plain steps."""
+    s = Sizing("lookup", 1.0, [{"size": 4, "shape": 4, "steps": 0, "seconds": None, "accepted": 0.0}])
+    assert s.chosen() is None and "plain steps" in s.describe()
+    policy = s.policy(lambda stored: stored)
+    assert all(policy.choose(1) is None for _ in range(100))  # not even a probe: nothing was ever measured to pay

@@ -103,15 +103,16 @@ def speedup_figure(out: Path) -> Path:
     middle.set(xlabel="k (proposals per step)", ylabel="speedup", title=r"$S(0.8, c, k) = \tau\,/\,(kc + 1)$")
     middle.legend(fontsize=8)
     cs = [i / 100 for i in range(1, 61)]
-    grid = [[expected_speedup(a, c, best_k(a, c, 16)) for a in alphas] for c in cs]
+    k_max = 8  # as the table beside the figure in chapter 5
+    grid = [[expected_speedup(a, c, best_k(a, c, k_max)) for a in alphas] for c in cs]
     image = right.contourf(alphas, cs, grid, levels=[1.001, 1.1, 1.25, 1.5, 2, 2.5, 3, 4, 6, 9], cmap="viridis")
     for a in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
         for c in (0.05, 0.15, 0.25, 0.35, 0.45, 0.55):
-            if best_k(a, c, 16):
-                right.text(a, c, str(best_k(a, c, 16)), color="white", fontsize=7, ha="center", va="center")
+            if best_k(a, c, k_max):
+                right.text(a, c, str(best_k(a, c, k_max)), color="white", fontsize=7, ha="center", va="center")
     fig.colorbar(image, ax=right, label="best speedup (blank: none)")
     right.set(xlabel=r"$\alpha$", ylabel="c (draft forward / target forward)",
-              title="the best speedup over k; numbers: that k")
+              title=f"the best speedup over k <= {k_max}; numbers: that k")
     return save(fig, out / "tau_and_speedup.png")
 
 

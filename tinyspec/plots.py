@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
-    """speedup_vs_k.png, tau_vs_temperature.png and predicted_vs_measured.png; returns the paths."""
+    """speedup_vs_k.png, tau_vs_temperature.png, predicted_vs_measured.png and (rows measured with
+    --profile) ledger.png; returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -37,20 +38,42 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
                     ax.plot(*zip(*pts), marker="o", label=f"{c}, T={t:g}")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set(xlabel="k (tokens proposed per step)", ylabel="speedup over ar", title="Draft model: speedup vs k")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the axes: it covers no line
         save(fig, "speedup_vs_k.png")
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for method in sorted({r["method"] for r in rows if r["method"] != "ar"}):
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    methods = sorted({r["method"] for r in rows if r["method"] != "ar"})
+    colours = plt.get_cmap("tab20")  # 20 colours, and a marker per ten: no two series look alike
+    for i, method in enumerate(methods):
         pts = {}
         for r in rows:
             if r["method"] == method:
                 pts.setdefault(r["temperature"], []).append(r["tau"])
         xs = sorted(pts)
-        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=method)
+        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="osD^v"[i // 10 % 5], color=colours(i % 20),
+                label=method)
     ax.set(xlabel="temperature", ylabel="tau (tokens per target forward)", title="Tokens per target forward")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     save(fig, "tau_vs_temperature.png")
+
+    profiled = [r for r in rows if "ledger" in r and r["temperature"] == 0]
+    if profiled:  # where a step's time goes: each method's time per token over ar's, split by the ledger
+        names = list(dict.fromkeys(r["method"] for r in profiled))
+        parts = list(profiled[0]["ledger"])
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        bottom = [0.0] * len(names)
+        for part in parts:
+            heights = []
+            for name in names:
+                sel = [r for r in profiled if r["method"] == name]
+                heights.append(sum(r["ledger"][part] / r["speedup"] for r in sel) / len(sel))
+            ax.bar(names, heights, bottom=bottom, label=part)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set(ylabel="time per token (ar = 1)", title="Where the time goes (greedy, mean over categories)")
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+        save(fig, "ledger.png")
 
     predicted = [r for r in rows if r.get("predicted_speedup") is not None]
     if predicted:

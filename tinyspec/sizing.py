@@ -163,9 +163,10 @@ class Sizing:
 
     def policy(self, shape: Callable[[object], object]) -> Policy:
         """The per-step policy over the menu; shape(stored) gives what the loop proposes."""
-        menu = self.menu()
-        return Policy({s: r["accepted"] for s, r in menu.items()},
-                      lambda size, rows: self.seconds(size), {s: shape(r["shape"]) for s, r in menu.items()})
+        menu = self.menu() or {r["size"]: r | {"seconds": float("inf")} for r in self.shapes}  # none measured: never
+        seconds = {0: self.plain_s} | {s: r["seconds"] for s, r in menu.items()}  # looked up every step: a dict
+        return Policy({s: r["accepted"] for s, r in menu.items()}, lambda size, rows: seconds[size],
+                      {s: shape(r["shape"]) for s, r in menu.items()})
 
     def describe(self) -> str:
         """One line: what was chosen here and why."""
@@ -173,6 +174,8 @@ class Sizing:
         what = {"draft": "k = {}", "medusa": "a tree of {} nodes", "eagle": "EAGLE-2 trees of (top_k, depth, total) = {}",
                 "lookup": "k = {}", "lookahead": "G = {}"}[self.method]
         where = f"measured in {self.measured_s:.1f} s" if self.measured_s else "measured earlier"
+        if not self.menu():
+            return f"{self.method}: no step proposed anything on the sizing prompts: plain steps; {where}, {self.path}"
         if best is None:
             top = max(self.menu().values(), key=self.speedup)
             return (f"{self.method}: no size pays on this device (the best, {what.format(fmt(top['shape']))}, is "
