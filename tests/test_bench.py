@@ -54,6 +54,9 @@ def test_table_plots_and_bad_flags(files, tmp_path, capsys):
     assert "draft:2" in out and "speedup" in out and "tau" in out
     saved = json.loads((tmp_path / "r.json").read_text())
     assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec.bench --methods")
+    sized = {(r["size"], r["temperature"]) for r in saved["sizing"]}  # every k the rows name was measured, at each T
+    assert {(2, 0.0), (3, 0.0), (2, 1.0), (3, 1.0)} <= sized and all(r["step_cost"] > 0 for r in saved["sizing"])
+    assert all(r["predicted_speedup"] is not None for r in saved["rows"] if r["method"] != "ar")  # every row predicted
     assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == [
         "predicted_vs_measured.png", "speedup_vs_k.png", "tau_vs_temperature.png"]
     for bad in (["--methods", "draft:x"], ["--temperatures", "hot"], ["--categories", "poems"], ["--dtype", "fp8"],

@@ -39,7 +39,7 @@ from .ledger import Ledger
 from .peer import compare_with_huggingface
 from .model import DraftVocab
 from .sampling import Sampling
-from .sizing import candidates, shape_of, size, sizing_prompts
+from .sizing import candidates, device_name, shape_of, size, sizing_prompts
 from .timing import copy_bandwidth, weight_bytes
 from .tree import from_accuracies
 from .verify import RULES
@@ -412,6 +412,8 @@ def measure(args, argv: list[str]) -> dict:
     """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
     runner, specs, temperatures, prompts = prepare(args)
     categories, target, device = list(prompts), runner.target, runner.device
+    for temperature, (name, param) in itertools.product(temperatures, specs):  # sizing first, never inside a pass
+        runner.sizing(name, param.partition("@")[2] or None, Sampling(temperature))
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
     total = len(specs) * len(temperatures) * len(categories) * args.repeats
@@ -437,13 +439,29 @@ def measure(args, argv: list[str]) -> dict:
         peak = copy_bandwidth(device)
         for row in out:
             row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
-    return report_of(args, argv, runner, out) | {"huggingface": peers}
+    return report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": sizing_rows(runner)}
+
+
+def sizing_rows(runner) -> list[dict]:
+    """Every shape sizing measured, per method, rule and temperature: C over C(0) (`step_cost`), tau
+    on the sizing prompts, the predicted speedup, and whether the sized method chose it."""
+    rows = []
+    for (name, rule, temperature, *_), sizing in runner.sizings.items():
+        chosen = sizing.chosen()
+        for r in sizing.shapes:
+            if r["steps"]:
+                rows.append({"method": name + (f"@{rule}" if rule else ""), "temperature": temperature, "size": r["size"],
+                             "shape": r["shape"], "steps": r["steps"], "step_cost": round(r["seconds"] / sizing.plain_s, 3),
+                             "tau": round(1 + r["accepted"], 3), "predicted_speedup": round(sizing.speedup(r), 3),
+                             "chosen": r is chosen})
+    return rows
 
 
 def report_of(args, argv, runner, rows) -> dict:
     device, dtype = runner.device, runner.target.lm_head.weight.dtype
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    return {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
+    threads = torch.get_num_threads()
+    name = device_name(device) + ("" if device.type == "cuda" else f", {threads} thread{'s' * (threads > 1)}")
+    return {"device": name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
             "torch": torch.__version__, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
             "command": "python -m tinyspec.bench " + " ".join(argv), "rows": rows}
 
