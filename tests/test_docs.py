@@ -1,12 +1,13 @@
-"""The book and the README are held to the code and to the saved benchmark.
+"""The book, its appendix (docs/appendix.md) and the README are held to the code and to the saved benchmark.
 
-1. Every `python -m tinyspec...` command shown in README.md and walkthrough.md is valid as
+1. Every `python -m tinyspec...` command shown in these documents (`DOCS`) is valid as
    shown: each one's arguments parse, and the quick ones run on the shipped weights.
 2. Every name they give the code exists in it: `file.py: function` references, backticked
    identifiers that look like code (calls, dotted names, CamelCase classes, snake_case names,
-   test names), `--flags`, `from tinyspec... import` lines, figures and internal links.
+   test names), `--flags`, `from tinyspec... import` lines, figures, and links to headings of the
+   same document or of another (`docs/appendix.md#chapter-6`).
 3. Every table marked `<!-- bench: FILE ... -->` agrees, cell by cell and rounded as printed,
-   with the saved benchmark report it names.
+   with the saved benchmark report it names (or, with `key=FIELD`, with the saved curve's rows).
 """
 import ast
 import importlib
@@ -21,7 +22,7 @@ import torch
 from tinyspec.cli import WEIGHTS
 
 ROOT = WEIGHTS.parent
-DOCS = [ROOT / "README.md", ROOT / "walkthrough.md"]
+DOCS = [ROOT / "README.md", ROOT / "walkthrough.md", ROOT / "docs" / "appendix.md"]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`]+)`")
 
@@ -253,8 +254,13 @@ def exercise_names(text: str) -> tuple[set[str], set[str]]:
             {name for span in spans for name in re.findall(r"[\w-]+", span.split(")")[0])})
 
 
-def references(text: str):
-    """(kind, what, problem) for every reference in a document's text."""
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives a document's headings."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def references(text: str, base=ROOT):
+    """(kind, what, problem) for every reference in a document's text (relative links from `base`)."""
     defined, names, tests = code_index()
     prose = FENCE.sub("", text)
     new, new_args = exercise_names(text)
@@ -293,9 +299,15 @@ def references(text: str):
             yield "import", f"{module}.{name}", None if hasattr(mod, name) else "not in the module"
     for alt, target in re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", text):
         yield "figure", target, None if (ROOT / target).is_file() else "no such file"
-    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    anchors = heading_anchors(text)
     for anchor in re.findall(r"\]\(#([^)]+)\)", text):
         yield "link", anchor, None if anchor in anchors else "no heading has this anchor"
+    for target, anchor in re.findall(r"\]\(((?!https?:)[^)#\s]+\.md)(?:#([^)]+))?\)", text):  # into another document
+        path = base / target
+        if not path.is_file():
+            yield "link", target, "no such file"
+        elif anchor:
+            yield "link", f"{target}#{anchor}", None if anchor in heading_anchors(path.read_text()) else "no heading has this anchor"
 
 
 def test_coursework_chapters_name_headings_of_the_book():
@@ -321,7 +333,7 @@ def test_the_books_twenty_line_loop_is_greedy_decoding():
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
 def test_every_name_the_docs_give_the_code_exists(doc):
-    bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc)) if problem})
+    bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc), doc.parent) if problem})
     assert not bad, f"{doc.name} names what the code does not have:\n" + "\n".join(bad)
 
 
@@ -369,6 +381,9 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
     report = json.loads((ROOT / path).read_text())
     saved = report[options.get("source", "rows")]
     columns = options["columns"].split(",")
+    if "key" in options:  # a curve (`key=tokens`): each row is the saved row whose key field the table shows
+        yield from curve_problems(path, saved, options["key"], columns, rows)
+        return
     for cells in rows:
         assert len(cells) == len(columns), f"a row of {len(cells)} cells under columns={options['columns']}: {cells}"
         key = {k: options[k] for k in ("method", "T", "category") if k in options}
@@ -393,6 +408,20 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
                     yield f"{key} {category}: not in {path}"
                 elif not agrees(part, expected(row, field)):
                     yield f"{key['method']} T={key['T']} {category} {field}: the table says {part}, {path} says {expected(row, field)}"
+
+
+def curve_problems(path: str, saved: list[dict], key: str, columns: list[str], rows: list[list[str]]):
+    """The cells of a curve's table (rows named by the value of one field) that disagree with it."""
+    for cells in rows:
+        assert len(cells) == len(columns), f"a row of {len(cells)} cells under columns={','.join(columns)}: {cells}"
+        shown = dict(zip(columns, cells))
+        match = [r for r in saved if printed(shown[key]) == r.get(key)]
+        if not match:
+            yield f"{key}={shown[key]}: not in {path}"
+            continue
+        for column, cell in shown.items():
+            if column not in (key, "-") and not agrees(cell, match[0].get(column)):
+                yield f"{key}={shown[key]} {column}: the table says {cell}, {path} says {match[0].get(column)}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)

@@ -54,7 +54,7 @@ def build_parser():
     ap.set_defaults(methods=METHODS, temperatures="0", prompts_per_category=8, max_new_tokens=64, repeats=1, no_hf=True)
     for action in ap._actions:  # the benchmark's timing and output flags mean nothing here: not shown
         if action.dest in ("temperatures", "repeats", "quick", "plot", "batch_sizes", "batch_prompts", "json", "cuda_graph",
-                           "no_hf", "hf_modes", "profile", "threads", "dtype"):
+                           "no_hf", "hf_modes", "profile", "threads", "dtype", "remeasure"):
             action.help = argparse.SUPPRESS
     ap.add_argument("--data-dir", default="data", help="where the corpus's token files are (python -m tinyspec.data)")
     ap.add_argument("--stdlib-only", action="store_true", help="validation loss on the standard library alone "

@@ -21,7 +21,8 @@
 - `eagle-costs`: the pieces of an EAGLE step in plain decoding steps, each the minimum of 60 runs
   (printed);
 - `tables`: every table of README.md and walkthrough.md marked `<!-- bench: FILE columns=... -->`
-  refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has);
+  refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has; with
+  `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs);
   `tests/test_docs.py` checks each cell against FILE independently.
 
 matplotlib is needed (`pip install -e ".[plot]"`). Figures go to --out (docs/figures).
@@ -249,6 +250,8 @@ def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> 
 # or - (not from FILE). Options: T=, category=, method= fix a key; prefix=draft: completes the method
 # cells (`4` is draft:4, `ar` stays); source=huggingface reads FILE's Hugging Face rows; rows=all
 # (every row of FILE that the fixed keys and the prefix select, `ar` only without a prefix).
+# key=FIELD: a curve, not a benchmark: each row of the table is FILE's row whose FIELD is the
+# table's cell in the column of that name (`key=tokens columns=tokens,plain_steps`).
 BENCH_TABLE = re.compile(r"^<!-- bench: (\S+)((?: \w+=\S+)*) -->\n((?:\|.*\n)+)", re.M)
 DECIMALS = {"tau": 2, "tau_from_alpha": 2, "predicted_tau": 2, "speedup": 2, "predicted_speedup": 2, "step_cost": 2,
             "acceptance_rate": 3, "alpha": 3, "tokens_per_s": 0, "same_as_ar": 0, "tinyspec_speedup": 2,
@@ -276,6 +279,16 @@ def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Pa
     report = json.loads((root / options["path"]).read_text())
     saved = report[options.get("source", "rows")]
     columns = options["columns"].split(",")
+    if "key" in options:  # a curve: rows named by one field's value, every other column a field of that row
+        key = options["key"]
+        out = []
+        for cells in rows:
+            shown = cells[columns.index(key)].strip("`")
+            row = next((r for r in saved if f"{r[key]:g}" == f"{float(shown):g}"), {})
+            out.append([cell if column in (key, "-") else "-" if row.get(column) is None else
+                        f"{row[column]:.{len(cell.partition('.')[2]) if re.fullmatch(r'-?[0-9.]+', cell) else 2}f}"
+                        for column, cell in zip(columns, cells)])
+        return out
     fixed = {k: options[k] for k in KEYS if k in options}
     prefix = options.get("prefix", "")
     if options.get("rows") == "all":
