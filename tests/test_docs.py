@@ -386,21 +386,21 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
         return
     for cells in rows:
         assert len(cells) == len(columns), f"a row of {len(cells)} cells under columns={options['columns']}: {cells}"
-        key = {k: options[k] for k in ("method", "T", "category") if k in options}
+        key = {k: options[k] for k in ("method", "T", "category", "shape") if k in options}
         for column, cell in zip(columns, cells):
-            if column in ("method", "T", "category"):
+            if column in ("method", "T", "category", "shape"):
                 key[column] = cell.strip("`")
         if key.get("method") not in (None, "ar") and "prefix" in options:
             key["method"] = options["prefix"] + key["method"]
         def find(category):
             match = [r for r in saved if r["method"] == key["method"] and r["temperature"] == float(key["T"])
-                     and str(r.get("category", r.get("batch_size"))) == category]  # a batch curve's cells: batch sizes
+                     and str(r.get("category", r.get("batch_size", r.get("shape")))) == category]  # or batch sizes, or shapes
             return match[0] if match else None
         for column, cell in zip(columns, cells):
-            if column in ("method", "T", "category", "-"):
+            if column in ("method", "T", "category", "shape", "-"):
                 continue
             field, _, per = column.partition("[")
-            categories = per.rstrip("]").split("/") if per else [key.get("category")]
+            categories = per.rstrip("]").split("/") if per else [key.get("category", key.get("shape"))]
             parts = re.split(r"\s*/\s*", cell) if per else [cell]
             for category, part in zip(categories, parts):
                 row = find(category)
@@ -484,3 +484,35 @@ def test_the_corpus_figures_are_the_saved_data_cards():
     total, stdlib = sum(r["train_tokens"] for r in sources.values()) / 1e6, sources["stdlib"]["train_tokens"] / 1e6
     assert f"({total:.1f}M training tokens, {stdlib:.1f}M of them the standard library's)" in \
         " ".join((ROOT / "README.md").read_text().split())
+
+
+QUALITY = re.compile(r"^<!-- quality: before=(\S+) after=(\S+) -->\n((?:\|.*\n)+)", re.M)
+
+
+def quality_value(report: dict, label: str) -> list:
+    """What a row of a before/after table shows, read from a `python -m tinyspec.evaluate` report:
+    'validation loss' (stdlib, packages), 'loops' (greedy continuations that loop, per category),
+    or 'tau METHOD' (per category)."""
+    categories = ("code", "docs", "structured")
+    if label == "validation loss":
+        return [report["validation_loss"][k] for k in ("val", "val-packages")]
+    if label == "loops":
+        return [report["loops"][c][0] for c in categories]
+    return [report["tau"][label.removeprefix("tau ").strip("`")][c] for c in categories]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_before_and_after_tables_are_the_saved_evaluations(doc):
+    """A table marked `<!-- quality: before=FILE after=FILE -->` shows, per row, the two reports'
+    figures (`quality_value`), each cell 'a/b/c' rounded as printed."""
+    bad = []
+    for m in QUALITY.finditer(doc.read_text()):
+        reports = [json.loads((ROOT / path).read_text()) for path in m.groups()[:2]]
+        for line in m.group(3).splitlines()[2:]:
+            label, *cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            for report, cell in zip(reports, cells[-2:]):
+                values = quality_value(report, label)
+                parts = re.split(r"\s*/\s*", cell)
+                if len(parts) != len(values) or not all(agrees(p, v) for p, v in zip(parts, values)):
+                    bad.append(f"{label}: the table says {cell}, the report {values}")
+    assert not bad, f"{doc.name}: " + "; ".join(bad)

@@ -451,7 +451,8 @@ def sizing_rows(runner) -> list[dict]:
         for r in sizing.shapes:
             if r["steps"]:
                 rows.append({"method": name + (f"@{rule}" if rule else ""), "temperature": temperature, "size": r["size"],
-                             "shape": r["shape"], "steps": r["steps"], "step_cost": round(r["seconds"] / sizing.plain_s, 3),
+                             "shape": ",".join(map(str, r["shape"])) if isinstance(r["shape"], list) else str(r["shape"]),
+                             "steps": r["steps"], "step_cost": round(r["seconds"] / sizing.plain_s, 3),
                              "tau": round(1 + r["accepted"], 3), "predicted_speedup": round(sizing.speedup(r), 3),
                              "chosen": r is chosen})
     return rows
