@@ -220,3 +220,13 @@ def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
             for m, tau, speedup, parts in (("ar", 1.0, 1.0, (0.8, 0.0)), ("medusa:16", 2.5, 0.9, (0.5, 0.3)))
             for c in ("code", "docs")]
     assert tmp_path / "ledger.png" in write_plots(rows, tmp_path)
+
+
+def test_a_method_named_without_a_size_passes_the_size_checks():
+    """`--methods draft,medusa@pointmass` leaves the size to sizing.py: the checks of a given size
+    must not read an empty one (they once raised ValueError); a size given is still checked."""
+    benchmark.check_specs([("draft", ""), ("medusa", "@pointmass"), ("eagle", ""), ("lookup", "")], 512)
+    with pytest.raises(SystemExit):
+        benchmark.check_specs([("draft", "100")], 512)
+    with pytest.raises(SystemExit):
+        benchmark.check_specs([("medusa", "1000@pointmass")], 512)

@@ -291,7 +291,8 @@ def test_cli_draft_method_json_stats_and_equality_with_ar(model_files, capsys):
 
 def test_cli_show_colours_tokens(model_files, capsys):
     generate.main(["--prompt", "x = 1", "--max-new-tokens", "12", "--model", str(model_files / "target.safetensors"),
-                   "--method", "draft", "--draft", str(model_files / "draft.safetensors"), "--show", "--color", "always"])
+                   "--method", "draft", "--k", "4", "--draft", str(model_files / "draft.safetensors"), "--show", "--color",
+                   "always"])
     out, err = capsys.readouterr()
     assert "\033[32m" in out and "tau" in err and "colours" in err
 

@@ -39,7 +39,7 @@ from .ledger import Ledger
 from .peer import compare_with_huggingface
 from .model import DraftVocab
 from .sampling import Sampling
-from .sizing import candidates, device_name, shape_of, size, sizing_prompts
+from .sizing import candidates, device_name, report_rows, shape_of, size, sizing_prompts
 from .timing import copy_bandwidth, weight_bytes
 from .tree import from_accuracies
 from .verify import RULES
@@ -224,6 +224,8 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
     if first["proposed"]:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
+    if name == "draft" and first["accepted"] + first["rejections"]:  # chapter 5's alpha: of the proposals judged
+        row["alpha"] = round(first["accepted"] / (first["accepted"] + first["rejections"]), 4)
     if "ledger" in first:
         row["ledger"] = first["ledger"]
     size, _, rule = param.partition("@")
@@ -331,6 +333,8 @@ def check_specs(specs, n_ctx: int) -> None:
     """The same limits generate puts on k and on tree sizes."""
     for name, param in specs:
         size = param.partition("@")[0]
+        if not size:  # named without a size: sizing.py chooses among sizes that fit
+            continue
         problem = (check_k(size if size == "auto" else int(size)) if name == "draft" else
                    check_tree_nodes(int(size), n_ctx) if name in ("medusa", "eagle") else None)
         if problem:
@@ -439,23 +443,7 @@ def measure(args, argv: list[str]) -> dict:
         peak = copy_bandwidth(device)
         for row in out:
             row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
-    return report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": sizing_rows(runner)}
-
-
-def sizing_rows(runner) -> list[dict]:
-    """Every shape sizing measured, per method, rule and temperature: C over C(0) (`step_cost`), tau
-    on the sizing prompts, the predicted speedup, and whether the sized method chose it."""
-    rows = []
-    for (name, rule, temperature, *_), sizing in runner.sizings.items():
-        chosen = sizing.chosen()
-        for r in sizing.shapes:
-            if r["steps"]:
-                rows.append({"method": name + (f"@{rule}" if rule else ""), "temperature": temperature, "size": r["size"],
-                             "shape": ",".join(map(str, r["shape"])) if isinstance(r["shape"], list) else str(r["shape"]),
-                             "steps": r["steps"], "step_cost": round(r["seconds"] / sizing.plain_s, 3),
-                             "tau": round(1 + r["accepted"], 3), "predicted_speedup": round(sizing.speedup(r), 3),
-                             "chosen": r is chosen})
-    return rows
+    return report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": report_rows(runner.sizings)}
 
 
 def report_of(args, argv, runner, rows) -> dict:

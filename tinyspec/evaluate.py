@@ -20,6 +20,7 @@ and compared between targets (the benchmark's tokens/s cannot).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,6 +57,8 @@ def build_parser():
         if action.dest in ("temperatures", "repeats", "quick", "plot", "batch_sizes", "batch_prompts", "json", "cuda_graph",
                            "no_hf", "hf_modes", "profile", "threads", "dtype", "remeasure"):
             action.help = argparse.SUPPRESS
+        elif action.dest in ("methods", "max_new_tokens", "prompts_per_category"):  # this command's own defaults
+            action.help = re.sub(r"\(default: [^)]*\)$", f"(default: {ap.get_default(action.dest)})", action.help)
     ap.add_argument("--data-dir", default="data", help="where the corpus's token files are (python -m tinyspec.data)")
     ap.add_argument("--stdlib-only", action="store_true", help="validation loss on the standard library alone "
                     "(nothing is downloaded)")

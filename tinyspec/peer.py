@@ -114,8 +114,9 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
 
 
 def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
-    """HF rows, each with tinyspec's speed over it: ar over plain generate, and the best
-    speculative method over assisted generation (same temperature and category)."""
+    """HF rows, each with tinyspec's speed over it, like for like (same temperature and category):
+    ar over plain generate, and the draft method over assisted generation with the same draft
+    (`draft`, sized as assisted generation sizes its own; else the fastest `draft:K`)."""
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -126,6 +127,11 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes
                              ours, modes or MODES)
     for peer in (p for p in peers if "error" not in p):
         same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
-        ours = [r["tokens_per_s"] for r in same if (r["method"] == "ar") == (peer["method"] != "hf-assisted")]
+        if peer["method"] != "hf-assisted":
+            ours = [r["tokens_per_s"] for r in same if r["method"] == "ar"]
+        else:
+            drafts = [r for r in same if r["method"] == "draft"] or [r for r in same if r["method"].startswith("draft:")
+                                                                       and "@" not in r["method"]]
+            ours = [r["tokens_per_s"] for r in drafts]
         peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
     return peers

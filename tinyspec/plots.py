@@ -60,7 +60,7 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
     if profiled:  # where a step's time goes: each method's time per token over ar's, split by the ledger
         names = list(dict.fromkeys(r["method"] for r in profiled))
         parts = list(profiled[0]["ledger"])
-        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        fig, ax = plt.subplots(figsize=(8, 4.2))
         bottom = [0.0] * len(names)
         for part in parts:
             heights = []
@@ -71,7 +71,7 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
             bottom = [b + h for b, h in zip(bottom, heights)]
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set(ylabel="time per token (ar = 1)", title="Where the time goes (greedy, mean over categories)")
-        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.set_xticks(range(len(names)), names, rotation=55, ha="right", rotation_mode="anchor", fontsize=7)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
         save(fig, "ledger.png")
 

@@ -294,3 +294,20 @@ def sizing_prompts(enc) -> list[list[int]]:
     for category in dict.fromkeys(r["category"] for r in rows):
         out += [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == category][-PER_CATEGORY:]
     return out
+
+
+def report_rows(sizings: dict) -> list[dict]:
+    """The benchmark's report of every shape measured, per method, rule and temperature (`sizings`:
+    {(name, rule, temperature, ...): Sizing}): C over C(0) (`step_cost`), tau on the sizing
+    prompts, the predicted speedup, and whether the sized method chose it."""
+    rows = []
+    for (name, rule, temperature, *_), sizing in sizings.items():
+        chosen = sizing.chosen()
+        for r in sizing.shapes:
+            if r["steps"]:
+                rows.append({"method": name + (f"@{rule}" if rule else ""), "temperature": temperature, "size": r["size"],
+                             "shape": ",".join(map(str, r["shape"])) if isinstance(r["shape"], list) else str(r["shape"]),
+                             "steps": r["steps"], "step_cost": round(r["seconds"] / sizing.plain_s, 3),
+                             "tau": round(1 + r["accepted"], 3), "predicted_speedup": round(sizing.speedup(r), 3),
+                             "chosen": r is chosen})
+    return rows

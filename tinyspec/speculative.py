@@ -87,6 +87,9 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
         room = min(max_len - len(r.seq) for r in rows)
         chosen = policy.choose(len(rows)) if policy else k  # None: a plain step
         k_step = min(chosen or 0, room)
+        # a step that also reads a prompt (the target's first, the draft's first proposal) is not
+        # what a step of its size costs: the policy is told what was accepted but does not time it
+        settled = all(t_cache.lengths[b] and (d_cache.lengths[b] or not k_step) for b in range(len(rows)))
         # 1. the draft proposes k tokens per row, one forward for all rows each
         unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
         drafts, qs = [], []
@@ -110,7 +113,8 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
             produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)], [ACCEPTED] * n + [kind], k_step, k_step)
             r.seq += produced[r.id].tokens
         if policy:  # what every row accepted; the policy times the step itself
-            policy.update([len(s.tokens) - 1 for s in produced.values()] if k_step else [], chosen, len(rows))
+            policy.update([len(s.tokens) - 1 for s in produced.values()] if k_step else [], chosen,
+                          len(rows) if settled else None)
         done = yield produced
         rows = leave(rows, done, [t_cache, d_cache], max_len)
 
