@@ -118,9 +118,11 @@ def sizing_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def sizing_in_a_temporary_directory(monkeypatch, sizing_dir):
     """A method named without a size is sized on first use (`sizing.py`): the tests keep those
-    measurements out of the checkout's runs/, shared across the session as a user's are."""
+    measurements out of the checkout's runs/, shared across the session as a user's are, and
+    measure on one held-out prompt a category instead of two (the plumbing is the same)."""
     from tinyspec import sizing
     monkeypatch.setattr(sizing, "DIRECTORY", sizing_dir)
+    monkeypatch.setattr(sizing, "PER_CATEGORY", 1)
 
 
 def refused(main, argv, capsys) -> str:

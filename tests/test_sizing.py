@@ -119,3 +119,11 @@ def test_a_method_that_never_proposed_takes_plain_steps():
     assert s.chosen() is None and "plain steps" in s.describe()
     policy = s.policy(lambda stored: stored)
     assert all(policy.choose(1) is None for _ in range(100))  # not even a probe: nothing was ever measured to pay
+
+
+def test_no_prediction_for_a_size_sizing_never_timed():
+    """A fixed size that never proposed on the sizing prompts has no measured cost: the benchmark's
+    prediction for a pass that took it is None, not a crash; plain steps are still predicted."""
+    s = Sizing("lookup", 1.0, [{"size": 4, "shape": 4, "steps": 0, "seconds": None, "accepted": 0.0}])
+    assert s.predicted_s({0: 5, 4: 3}, 1, 0.5, stored=4) is None
+    assert s.predicted_s({0: 5}, 1, 0.5) == 0.5 + 4 * 1.0

@@ -234,15 +234,16 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         sized = size in ("", "auto")
         stored = None if sized else runner.stored(name, size)
         ar = ar_passes[0]
-        row["predicted_speedup"] = round(sizing.predicted_s(ar["sizes"], first["prompts"], ar["prefill_s"]) /
-                                         sizing.predicted_s(first["sizes"], first["prompts"], first["prefill_s"], stored), 3)
+        ours = sizing.predicted_s(first["sizes"], first["prompts"], first["prefill_s"], stored)  # None: a size never timed
+        row["predicted_speedup"] = ours and round(sizing.predicted_s(ar["sizes"], first["prompts"], ar["prefill_s"]) / ours, 3)
         row["steps_by_size"] = {str(k): v for k, v in sorted(first["sizes"].items())}
         if sized:
             chosen = sizing.chosen()
             row["sized"] = chosen and chosen["shape"]
         else:
             step_size = int(size.split(",")[-1]) if name != "lookahead" else max(first["sizes"])
-            row["step_cost"] = round(sizing.seconds(step_size, stored) / sizing.plain_s, 3)
+            seconds = sizing.seconds(step_size, stored)
+            row["step_cost"] = seconds and round(seconds / sizing.plain_s, 3)
     return row
 
 

@@ -153,13 +153,16 @@ class Sizing:
             return self.menu()[size]["seconds"]
         return next(r["seconds"] for r in self.shapes if r["shape"] == stored and r["size"] == size)
 
-    def predicted_s(self, sizes: dict, prompts: int, prefill_s: float, stored=None) -> float:
+    def predicted_s(self, sizes: dict, prompts: int, prefill_s: float, stored=None) -> float | None:
         """The cost model: the seconds a run takes whose steps verified `sizes` ({size: steps}, the
         prefill's first token among the plain ones), each step at its measured C; the prompts'
         forwards (`prefill_s`, common to every method) as they were measured in the run."""
         steps = dict(sizes)
         steps[0] = steps.get(0, 0) - prompts
-        return prefill_s + sum(n * self.seconds(s, stored) for s, n in steps.items() if n)
+        costs = {s: self.seconds(s, stored) for s, n in steps.items() if n}
+        if None in costs.values():  # a size the pass took that never proposed while sizing measured it
+            return None
+        return prefill_s + sum(steps[s] * c for s, c in costs.items())
 
     def policy(self, shape: Callable[[object], object]) -> Policy:
         """The per-step policy over the menu; shape(stored) gives what the loop proposes."""
