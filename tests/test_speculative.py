@@ -305,3 +305,26 @@ def test_cli_refuses_bad_draft_settings(model_files, argv, message, capsys):
     assert message in refused(generate.main, ["--prompt", "x", "--model", str(model_files / "target.safetensors"),
                                               "--method", "draft", "--draft", str(model_files / "draft.safetensors")] + argv,
                               capsys)
+
+
+class Timings(Coin):
+    """Coin's random sizes, recording for each step whether the loop asked the policy to time it."""
+    def __init__(self):
+        super().__init__()
+        self.timed = []
+
+    def update(self, accepted, shape, rows=None, seconds=None):
+        self.timed.append((shape or 0, rows is not None))
+
+
+def test_a_step_that_reads_the_prompt_is_not_timed(models):
+    """The first step feeds the whole prompt to the target, the first proposing step the whole
+    prompt to the draft: timing them as a step of their size made plain steps look dear, so a
+    sized draft never took one. Every other step is timed."""
+    target, drafts = models
+    random.seed(1)
+    chooser = Timings()
+    run(speculative(target, drafts["close"], [list(range(3, 15))], Sampling(0.0), [None], 90, chooser), 40)
+    first_proposing = next(i for i, (size, _) in enumerate(chooser.timed) if size)
+    assert not chooser.timed[0][1] and not chooser.timed[first_proposing][1]
+    assert all(timed for i, (_, timed) in enumerate(chooser.timed) if i not in (0, first_proposing))
