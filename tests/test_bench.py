@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from tinyspec import bench, benchmark
+from tinyspec import bench, benchmark, specs
 from tinyspec.medusa import MedusaHeads
 
 from conftest import random_gpt, refused
@@ -225,8 +225,21 @@ def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
 def test_a_method_named_without_a_size_passes_the_size_checks():
     """`--methods draft,medusa@pointmass` leaves the size to sizing.py: the checks of a given size
     must not read an empty one (they once raised ValueError); a size given is still checked."""
-    benchmark.check_specs([("draft", ""), ("medusa", "@pointmass"), ("eagle", ""), ("lookup", "")], 512)
+    specs.check_specs([("draft", ""), ("medusa", "@pointmass"), ("eagle", ""), ("lookup", "")], 512)
     with pytest.raises(SystemExit):
-        benchmark.check_specs([("draft", "100")], 512)
+        specs.check_specs([("draft", "100")], 512)
     with pytest.raises(SystemExit):
-        benchmark.check_specs([("medusa", "1000@pointmass")], 512)
+        specs.check_specs([("medusa", "1000@pointmass")], 512)
+
+
+def test_a_pass_interleaved_prompt_by_prompt_adds_up_its_runs():
+    """The benchmark runs every method on prompt 1, then on prompt 2, ...; a method's pass is its
+    runs added: counts, seconds and the ledger's parts summed, the outputs in prompt order."""
+    from collections import Counter
+    one = dict(new_tokens=3, wall_s=1.0, outputs=[[1, 2, 3]], sizes=Counter({0: 2, 4: 1}),
+               ledger={"target": 0.6, "rest": 0.4})
+    two = dict(new_tokens=2, wall_s=0.5, outputs=[[4, 5]], sizes=Counter({0: 2}), ledger={"target": 0.4, "rest": 0.1})
+    both = benchmark.together([one, two])
+    assert both["new_tokens"] == 5 and both["wall_s"] == 1.5 and both["outputs"] == [[1, 2, 3], [4, 5]]
+    assert both["sizes"] == {0: 4, 4: 1} and both["ledger"] == pytest.approx({"target": 1.0, "rest": 0.5})
+    assert one["outputs"] == [[1, 2, 3]] and one["ledger"]["target"] == 0.6  # the runs themselves unchanged

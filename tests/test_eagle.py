@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from tinyspec import benchmark, generate
+from tinyspec import generate, specs
 from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.eagle import EagleHead, eagle, grow_sampled_tree, grow_tree
@@ -399,9 +399,9 @@ def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
 
 
 def test_bench_names_eagle_rows():
-    assert benchmark.parse_method("eagle:32") == ("eagle", "32")
+    assert specs.parse_method("eagle:32") == ("eagle", "32")
     with pytest.raises(SystemExit):
-        benchmark.parse_method("eagle:x")
+        specs.parse_method("eagle:x")
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ ORDER = [
     "lookup", "lookahead", "kernels.__init__", "kernels.tree_attention", "fastpath", "data", "optim", "checkpoint", "distill",
     "train_heads", "train", "timing", "policy", "auto", "methods", "ledger", "sizing",
 ]
-COMMANDS = ["peer", "plots", "kernels.bench", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
+COMMANDS = ["peer", "plots", "kernels.bench", "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
 
 
 def imports(path: Path) -> set[str]:

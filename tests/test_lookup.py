@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from tinyspec import benchmark, generate, verify
+from tinyspec import generate, specs, verify
 from tinyspec.decoding import autoregressive, one_row, run
 from tinyspec.kvcache import KVCache
 from tinyspec.lookup import NgramIndex, lookup
@@ -207,9 +207,9 @@ def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
 
 
 def test_bench_method_specs():
-    assert benchmark.parse_method("lookup:4") == ("lookup", "4")
-    assert benchmark.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
-    assert benchmark.parse_method("lookup") == ("lookup", "")  # sized for the device (sizing.py)
+    assert specs.parse_method("lookup:4") == ("lookup", "4")
+    assert specs.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
+    assert specs.parse_method("lookup") == ("lookup", "")  # sized for the device (sizing.py)
     for bad in ("lookup:auto", "lookup:0", "lookup:x", "lookahead:7,4", "lookahead:7,1,7", "lookahead:0,3,2"):
         with pytest.raises(SystemExit):
-            benchmark.parse_method(bad)
+            specs.parse_method(bad)

@@ -60,6 +60,14 @@ def test_the_policy_speculates_less_where_the_text_accepts_less():
     assert 0.3 < policy.a < 0.4 and policy.choose(1) == 2  # (1 + 1.0) / 2 against (1 + 0.5) / 1.3
 
 
+def test_a_size_that_merely_ties_with_a_plain_step_is_not_taken():
+    """Costs are measured to a few percent: a size must promise 5% more tokens/s than a plain step."""
+    cost = lambda size, rows: {0: 1.0, 2: 1.5}[size]
+    assert Policy({2: 0.53}, cost).choose(1) is None  # (1 + 0.53) / 1.5 = 1.02 plain steps' rate
+    assert Policy({2: 0.65}, cost).choose(1) == 2  # 1.10
+    assert Policy({2: 0.53}, cost, margin=1.0).choose(1) == 2
+
+
 @pytest.fixture(scope="module")
 def models():
     target = random_gpt(vocab_size=64, n_ctx=128, scale=4.0)

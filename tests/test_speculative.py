@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tinyspec import generate
-from tinyspec.decoding import autoregressive, one_row, run
+from tinyspec.decoding import autoregressive, one_row, run, run_batch
 from tinyspec.kvcache import KVCache
 from tinyspec.policy import Policy
 from tinyspec.sampling import Sampling
@@ -328,3 +328,33 @@ def test_a_step_that_reads_the_prompt_is_not_timed(models):
     first_proposing = next(i for i, (size, _) in enumerate(chooser.timed) if size)
     assert not chooser.timed[0][1] and not chooser.timed[first_proposing][1]
     assert all(timed for i, (_, timed) in enumerate(chooser.timed) if i not in (0, first_proposing))
+
+
+class Plain(Coin):
+    """A chooser that never speculates."""
+    def choose(self, rows):
+        return None
+
+
+def test_a_plain_step_is_plain_decoding_and_nothing_more(models):
+    """A plain step of the draft loop costs what plain decoding's step costs: the rule is never
+    called (it judged nothing, yet ran every step: 5% of a pass) and the draft never runs, and the
+    text is plain decoding's, greedy and sampled."""
+    target, drafts = models
+
+    def no_rule(*args):
+        raise AssertionError("a plain step ran the acceptance rule")
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"a plain step used the draft ({name})")
+
+    for sampling in (Sampling(0.0), Sampling(1.0)):
+        prompts = [[3, 4], [5, 6, 7]]
+        plain = run_batch(autoregressive(target, prompts, sampling, [torch.Generator().manual_seed(i) for i in (1, 2)],
+                                         80), 2, 40)
+        caches = (None, KVCache.for_model(drafts["close"], 160, 2))  # the draft's cache, made before it is hidden
+        ours = run_batch(speculative(target, Untouchable(), prompts, sampling,
+                                     [torch.Generator().manual_seed(i) for i in (1, 2)], 80, Plain(), caches, no_rule),
+                         2, 40)
+        assert [r.token_ids for r in ours] == [r.token_ids for r in plain]

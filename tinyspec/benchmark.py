@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import re
 import statistics
 import time
@@ -32,8 +31,7 @@ from tqdm import tqdm
 from .cli import (DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES,
                   ArgumentParser, HelpFormatter, check_tokenizer, die, examples, load_draft_vocab, load_encoding,
                   load_model, pick_device, pick_dtype, set_threads)
-from .methods import (EAGLE_DEPTH, EAGLE_TOPK, METHODS, Decoder, check_draft_free, check_k, check_rule, check_tree_nodes,
-                      load_eagle, load_heads, use_attention)
+from .methods import EAGLE_DEPTH, EAGLE_TOPK, Decoder, check_rule, load_eagle, load_heads, use_attention
 from .decoding import run, run_batch
 from .ledger import Ledger
 from .peer import compare_with_huggingface
@@ -41,8 +39,8 @@ from .model import DraftVocab
 from .sampling import Sampling
 from .sizing import candidates, device_name, report_rows, shape_of, size, sizing_prompts
 from .timing import copy_bandwidth, weight_bytes
+from .specs import check_specs, label, parse_method, read_prompt_rows
 from .tree import from_accuracies
-from .verify import RULES
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 EXAMPLES = [
@@ -55,42 +53,6 @@ EXAMPLES = [
     "python -m tinyspec.bench kernels                      # the tree-attention kernel (CUDA GPU)",
 ]
 CATEGORIES = ("code", "docs", "structured")
-
-
-SIZE_PATTERNS = {"": "", "K": r"\d+", "K|auto": r"\d+|auto", "NODES": r"\d+", "W,N,G": r"\d+,\d+,\d+"}
-
-
-def parse_method(spec: str) -> tuple[str, str]:
-    """A method of `methods.METHODS` with its size as the registry names it ('ar', 'draft:K',
-    'medusa:NODES', 'eagle:NODES', 'lookup:K', 'lookahead:W,N,G', 'auto'), or without one (sized
-    for this device: 'draft', 'medusa', ...; 'draft:auto' too), each optionally with '@RULE' (an
-    acceptance rule of verify.py, e.g. draft:4@block, medusa@pointmass) -> (name, parameter)."""
-    name, _, param = spec.partition(":")
-    name, _, at_rule = name.partition("@")  # 'medusa@pointmass': a sized method with a rule
-    param = param or (f"@{at_rule}" if at_rule else "")
-    size, _, rule = param.partition("@")
-    if name not in METHODS or not re.fullmatch(SIZE_PATTERNS[METHODS[name].size], size) and size not in ("", "auto") \
-            or size == "auto" and METHODS[name].size != "K|auto":
-        forms = ", ".join(f"{n}[:{m.size}]" if m.size else n for n, m in METHODS.items())
-        die(f"unknown method {spec!r}: use {forms} (without a size: sized for this device; each optionally @RULE; "
-            "auto with --batch-sizes)")
-    problem = check_rule(name, rule) if rule else None
-    if rule and rule not in RULES:
-        problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
-    if not problem and name == "lookup" and size:
-        problem = check_draft_free(name, k=int(size))
-    elif not problem and name == "lookahead" and size:
-        window, ngram, guesses = map(int, size.split(","))
-        problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
-    if problem:
-        die(f"{spec}: {problem}")
-    return name, param
-
-
-def label(spec) -> str:
-    """The spec as rows name it: 'medusa:16', 'medusa@pointmass' (sized), 'draft:4@block'."""
-    name, param = spec
-    return name + (param if param.startswith("@") else f":{param}" if param else "")
 
 
 class Runner:
@@ -168,20 +130,21 @@ class Runner:
             self.decoders[key] = d
         return self.decoders[key]
 
-    def run(self, spec, prompts, sampling) -> dict:
+    def run(self, spec, prompts, sampling, first: int = 0) -> dict:
+        """One pass of `spec` over `prompts`, prompt i (counted from `first`) sampling with seed + i."""
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, prefill_s=0.0,
                       outputs=[], sizes=Counter())
         decoder, ledger = self.decoder(spec, sampling), Ledger(self.device)
         with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
-            for i, prompt in enumerate(prompts):
+            for i, prompt in enumerate(prompts, first):
                 generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
                 res = run(decoder.steps(prompt, sampling, generator, self.max_new), self.max_new, None, None, self.device)
                 for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes"):
                     totals[key] += getattr(res, key)
                 totals["new_tokens"] += len(res.token_ids)
                 totals["outputs"].append(res.token_ids)
-        if self.profile:  # where the time went, as shares of the pass (ledger.py)
-            totals["ledger"] = {k: round(v / totals["wall_s"], 3) for k, v in ledger.split(totals["wall_s"]).items()}
+        if self.profile:  # where the time went, in seconds (ledger.py)
+            totals["ledger"] = ledger.split(totals["wall_s"])
         return totals
 
     def run_batches(self, spec, prompts, sampling, size: int) -> dict:
@@ -207,6 +170,15 @@ class Runner:
         return totals
 
 
+def together(runs: list[dict]) -> dict:
+    """One pass made of runs over single prompts: counts and seconds added, outputs in order."""
+    out = dict(runs[0])
+    for more in runs[1:]:
+        for key, value in more.items():
+            out[key] = {part: s + value[part] for part, s in out[key].items()} if key == "ledger" else out[key] + value
+    return out
+
+
 def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
     """One row of the table from the passes of one (method, temperature, category) and of `ar`."""
     name, param = spec
@@ -226,8 +198,8 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
     if name == "draft" and first["accepted"] + first["rejections"]:  # chapter 5's alpha: of the proposals judged
         row["alpha"] = round(first["accepted"] / (first["accepted"] + first["rejections"]), 4)
-    if "ledger" in first:
-        row["ledger"] = first["ledger"]
+    if "ledger" in first:  # as shares of the pass
+        row["ledger"] = {part: round(s / first["wall_s"], 3) for part, s in first["ledger"].items()}
     size, _, rule = param.partition("@")
     sizing = runner.sizing(name, rule or None, Sampling(temperature))
     if sizing is not None:  # the cost model: each step the pass took at its measured cost (sizing.py)
@@ -268,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category "
                     f"(default: {FULL['prompts_per_category']})")
     ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
-    ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods; the median is "
+    ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods prompt by prompt; the median is "
                     f"reported (default: {FULL['repeats']})")
     ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
                     "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
@@ -305,41 +277,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
     return ap
-
-
-def read_prompt_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        die(f"--prompts {path} not found: make it with python -m tinyspec.data")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        die(f"--prompts {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a JSONL file made by "
-            "python -m tinyspec.data")
-    rows = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            ok = isinstance(row["category"], str) and isinstance(row["prompt"], str)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            die(f"--prompts {path}, line {i}: expected a JSON object with string \"category\" and \"prompt\" fields")
-        rows.append(row)
-    return rows
-
-
-def check_specs(specs, n_ctx: int) -> None:
-    """The same limits generate puts on k and on tree sizes."""
-    for name, param in specs:
-        size = param.partition("@")[0]
-        if not size:  # named without a size: sizing.py chooses among sizes that fit
-            continue
-        problem = (check_k(size if size == "auto" else int(size)) if name == "draft" else
-                   check_tree_nodes(int(size), n_ctx) if name in ("medusa", "eagle") else None)
-        if problem:
-            die(f"--methods {name}:{param}: {problem}")
 
 
 def prepare(args):
@@ -427,9 +364,15 @@ def measure(args, argv: list[str]) -> dict:
         sampling = Sampling(temperature)
         for category in categories:
             passes = {spec: [] for spec in specs}
-            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+            for _ in range(args.repeats):
+                # interleaved prompt by prompt: each method's run of a prompt follows the others' by
+                # seconds, so a slow spell of the machine hits every method alike
+                runs = {spec: [] for spec in specs}
+                for i, prompt in enumerate(prompts[category]):
+                    for spec in specs:
+                        runs[spec].append(runner.run(spec, [prompt], sampling, first=i))
                 for spec in specs:
-                    passes[spec].append(dict(runner.run(spec, prompts[category], sampling), prompts=len(prompts[category])))
+                    passes[spec].append(dict(together(runs[spec]), prompts=len(prompts[category])))
                     bar.update(1)
             for spec in specs:
                 out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "")]))

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from . import eagle, lookahead, lookup, medusa, methods
+from . import eagle, lookahead, lookup, medusa, methods, speculative
 from .kvcache import KVCache
 from .verify import RULES
 
@@ -61,7 +61,7 @@ class Ledger:
         if drafter is not None:
             patches += [(drafter, "forward", "propose")] + ([(drafter, "hidden", "propose"), (drafter, "logits", "propose")]
                                                            if d.method == "draft" else [])
-        patches += [(module, name, "propose") for module in (medusa, eagle, lookahead)
+        patches += [(module, name, "propose") for module in (medusa, eagle, lookahead, speculative)
                     for name in ("propose", "draft_tree", "trie") if hasattr(module, name)]
         patches += [(lookup.NgramIndex, "propose", "propose"), (lookahead.NgramPool, "guesses", "propose"),
                     (methods, "accept_or_resample", "rule")]

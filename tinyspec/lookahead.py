@@ -38,7 +38,8 @@ from typing import Callable
 
 import torch
 
-from .decoding import TARGET, Chooser, Row, Step, Steps, accept_tree, feed, first_steps, leave, new_rows, prefill, ready
+from .decoding import (TARGET, Chooser, Row, Step, Steps, accept_tree, feed, first_steps, leave, new_rows, prefill, ready,
+                       sample_rows)
 from .kvcache import KVCache
 from .model import GPT
 from .sampling import Sampling, sample
@@ -221,7 +222,7 @@ def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generat
         before, inputs, tries = list(cache.lengths), [], []
         for b, r in enumerate(rows):
             grid, L = r.grid, cache.lengths[b]
-            trie_tokens, parents = trie(r.pool.guesses(int(r.root))[:chosen or 0])
+            trie_tokens, parents = trie(r.pool.guesses(int(r.root))[:chosen]) if chosen else ([], ())
             deepest = max(len(grid) + window - 2, ngram - 1 if trie_tokens else 0)  # the largest position offset
             if chosen is None or L + len(grid) * window + len(trie_tokens) > max_len or L + deepest >= n_ctx:
                 inputs.append((r.root.view(1), None, None, None))  # a plain step, chosen or for want of room
@@ -230,11 +231,15 @@ def lookahead(target: GPT, prompts: list[list[int]], sampling: Sampling, generat
                 tries.append(tree_on(parents, device) if trie_tokens else None)
                 inputs.append(step_inputs(grid, trie_tokens, tries[-1], device))
         h = feed(target, cache, [x[0] for x in inputs], [x[1] for x in inputs], [x[2] for x in inputs])  # ONE forward
+        plain = [b for b, x in enumerate(inputs) if x[1] is None]
+        if plain:  # the plain steps' tokens all at once, as plain decoding takes them
+            p = sampling.probs(target.lm_head(torch.stack([h[b][0] for b in plain])))
+            for b, root in zip(plain, sample_rows(p, [rows[b] for b in plain], sampling)):
+                rows[b].root = root
         produced = {}
         for b, r in enumerate(rows):
             x, new_mask, _, at = inputs[b]
             if new_mask is None:  # the plain step; the window stays, but its root is always the newest token
-                r.root = sample(sampling.probs(target.lm_head(h[b][0])), r.generator)
                 r.grid[0][0], produced[r.id] = int(r.root), Step([int(r.root)], [TARGET])
                 continue
             produced[r.id], r.root, top = step_outputs(target, cache, b, before[b], r.grid, x, h[b], at, tries[b],

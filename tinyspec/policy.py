@@ -16,7 +16,9 @@ take. Every step it chooses the size with the highest rate,
     rate(0) = rows / C(0, rows),     rate(s) = rows (1 + a A(s)) / C(s, rows),
 
 from C measured on the device (`sizing.py` at batch 1, `auto.measure_costs` for batches) and A
-measured on held-out text. a is the running ratio of tokens accepted to tokens promised (each
+measured on held-out text, and speculates only where the best rate beats the plain step's by a
+`margin` (5%): the costs are measured to a few percent, and a size that merely ties with a plain
+step wins nothing when it is right and loses when it is wrong. a is the running ratio of tokens accepted to tokens promised (each
 step's counts weigh `decay` times the next's), so it follows the text at hand: where a falls,
 smaller sizes win, and below some point the plain step does. This is dynamic speculation length
 in the sense of SpecDec++ (Huang et al. 2024) and DISCO (Mamou et al. 2024), with the threshold
@@ -44,12 +46,12 @@ class Policy:
 
     def __init__(self, promise: dict[int, float], cost: Callable[[int, int], float],
                  shapes: dict[int, Hashable] | None = None, decay: float = 0.9, probe_every: int = 8,
-                 prior: float = 4.0):
+                 prior: float = 4.0, margin: float = 1.05):
         self.promise, self.cost = dict(promise), cost
         self.shapes = shapes if shapes is not None else {s: s for s in promise}
         self.size_of = {shape: s for s, shape in self.shapes.items()}
         self.largest = max(self.promise)
-        self.decay, self.probe_every, self.prior = decay, probe_every, prior
+        self.decay, self.probe_every, self.prior, self.margin = decay, probe_every, prior, margin
         self.accepted = self.promised = prior  # a = 1: held-out acceptance holds until the text says otherwise
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
         self.extra: dict[tuple[int, int], float] = {}  # (size, rows) -> running seconds beyond cost(size, rows)
@@ -75,8 +77,10 @@ class Policy:
         return rows * tokens / self.seconds(size, rows)
 
     def best(self, rows: int, a: float) -> int:
-        """The size (0: a plain step) with the highest rate if a is the acceptance correction."""
-        return max([0, *self.promise], key=lambda s: self.rate(s, rows, 1 + a * self.promise[s] if s else 1))
+        """The size with the highest rate if a is the acceptance correction, or 0 (a plain step)
+        unless that rate beats the plain step's by the margin."""
+        size = max(self.promise, key=lambda s: self.rate(s, rows, 1 + a * self.promise[s]))
+        return size if self.rate(size, rows, 1 + a * self.promise[size]) > self.margin * self.rate(0, rows, 1) else 0
 
     def choose(self, rows: int = 1):
         """The shape of this step (None: a plain step)."""

@@ -53,6 +53,20 @@ def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, dr
     return n, sample(residual(p[n], q[n]), generator)
 
 
+def propose(draft: GPT, cache: KVCache, rows: list, k: int, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 1 for every row: k draft forwards, each proposing the next token of every row from its
+    own q. The first also feeds what the draft has not seen of each row (the prompt, the last
+    correction or bonus, the tokens of plain steps). Returns drafts (B, k) and q (B, k, V)."""
+    device = draft.lm_head.weight.device
+    unseen = [torch.tensor(r.seq[cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
+    drafts, qs = [], []
+    for _ in range(k):
+        qs.append(sampling.probs(draft.logits(last(feed(draft, cache, unseen)))))  # (B, V)
+        drafts.append(torch.stack(sample_rows(qs[-1], rows, sampling)))  # (B,)
+        unseen = list(drafts[-1][:, None])
+    return torch.stack(drafts, 1), torch.stack(qs, 1)
+
+
 @torch.no_grad()
 def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sampling, generators: list,
                 max_len: int, k: int | Chooser = 4, caches: tuple[KVCache, KVCache] | None = None,
@@ -90,27 +104,25 @@ def speculative(target: GPT, draft: GPT, prompts: list[list[int]], sampling: Sam
         # a step that also reads a prompt (the target's first, the draft's first proposal) is not
         # what a step of its size costs: the policy is told what was accepted but does not time it
         settled = all(t_cache.lengths[b] and (d_cache.lengths[b] or not k_step) for b in range(len(rows)))
-        # 1. the draft proposes k tokens per row, one forward for all rows each
-        unseen = [torch.tensor(r.seq[d_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
-        drafts, qs = [], []
-        for _ in range(k_step):
-            qs.append(sampling.probs(draft.logits(last(feed(draft, d_cache, unseen)))))  # (B, V)
-            drafts.append(torch.stack(sample_rows(qs[-1], rows, sampling)))  # (B,)
-            unseen = list(drafts[-1][:, None])
-        drafts = torch.stack(drafts, 1) if drafts else torch.zeros(len(rows), 0, dtype=torch.long, device=device)  # (B, k)
-        # 2. the target scores every row's unseen tokens and proposals in one forward
-        new = [torch.cat([torch.tensor(r.seq[t_cache.lengths[b]:], device=device), drafts[b]]) for b, r in enumerate(rows)]
-        h = feed(target, t_cache, new)
-        p = sampling.probs(target.lm_head(torch.stack([x[-(k_step + 1):] for x in h])))  # (B, k + 1, V)
-        q = torch.stack(qs, 1) if qs else p[:, :0]  # (B, k, V)
-        # 3. each row accepts or rejects its own proposals, left to right; 4. both caches roll back
-        produced = {}
-        for b, r in enumerate(rows):
-            n, token = accept(p[b], q[b], drafts[b], r.generator)
-            kind = TARGET if k_step == 0 else BONUS if n == k_step else CORRECTION
-            t_cache.truncate(len(r.seq) + n, b)
-            d_cache.truncate(min(d_cache.lengths[b], len(r.seq) + n), b)
-            produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)], [ACCEPTED] * n + [kind], k_step, k_step)
+        unseen = [torch.tensor(r.seq[t_cache.lengths[b]:], device=device) for b, r in enumerate(rows)]
+        if k_step == 0:  # a plain step: the target alone, as plain decoding takes it (no rule, nothing to roll back)
+            tokens = sample_rows(sampling.probs(target.lm_head(last(feed(target, t_cache, unseen)))), rows, sampling)
+            produced = {r.id: Step([int(t)], [TARGET]) for r, t in zip(rows, tokens)}
+        else:
+            # 1. the draft proposes k tokens per row, one forward for all rows each
+            drafts, q = propose(draft, d_cache, rows, k_step, sampling)  # (B, k), (B, k, V)
+            # 2. the target scores every row's unseen tokens and proposals in one forward
+            h = feed(target, t_cache, [torch.cat([x, d]) for x, d in zip(unseen, drafts)])
+            p = sampling.probs(target.lm_head(torch.stack([x[-(k_step + 1):] for x in h])))  # (B, k + 1, V)
+            # 3. each row accepts or rejects its own proposals, left to right; 4. both caches roll back
+            produced = {}
+            for b, r in enumerate(rows):
+                n, token = accept(p[b], q[b], drafts[b], r.generator)
+                t_cache.truncate(len(r.seq) + n, b)
+                d_cache.truncate(min(d_cache.lengths[b], len(r.seq) + n), b)
+                produced[r.id] = Step(drafts[b, :n].tolist() + [int(token)],
+                                      [ACCEPTED] * n + [BONUS if n == k_step else CORRECTION], k_step, k_step)
+        for r in rows:
             r.seq += produced[r.id].tokens
         if policy:  # what every row accepted; the policy times the step itself
             policy.update([len(s.tokens) - 1 for s in produced.values()] if k_step else [], chosen,
