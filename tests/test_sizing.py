@@ -66,6 +66,8 @@ def test_a_size_that_merely_ties_with_a_plain_step_is_not_taken():
     assert Policy({2: 0.53}, cost).choose(1) is None  # (1 + 0.53) / 1.5 = 1.02 plain steps' rate
     assert Policy({2: 0.65}, cost).choose(1) == 2  # 1.10
     assert Policy({2: 0.53}, cost, margin=1.0).choose(1) == 2
+    s = made_up(k2=(1.5, 0.53))  # what sizing reports agrees with what the policy does
+    assert s.chosen() is None and "1.02x" in s.describe() and s.policy(lambda stored: stored).choose(1) is None
 
 
 @pytest.fixture(scope="module")

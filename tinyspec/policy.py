@@ -38,6 +38,9 @@ import time
 from typing import Callable, Hashable
 
 
+MARGIN = 1.05  # how much more than a plain step's tokens/s a size must promise to be taken
+
+
 class Policy:
     """promise: {size: A(size)}, the tokens a step of that size accepts on held-out text, the
     correction or bonus not counted; cost(size, rows): the measured seconds of a whole step (size
@@ -46,7 +49,7 @@ class Policy:
 
     def __init__(self, promise: dict[int, float], cost: Callable[[int, int], float],
                  shapes: dict[int, Hashable] | None = None, decay: float = 0.9, probe_every: int = 8,
-                 prior: float = 4.0, margin: float = 1.05):
+                 prior: float = 4.0, margin: float = MARGIN):
         self.promise, self.cost = dict(promise), cost
         self.shapes = shapes if shapes is not None else {s: s for s in promise}
         self.size_of = {shape: s for s, shape in self.shapes.items()}

@@ -44,7 +44,7 @@ import torch
 from .decoding import Steps
 from .files import atomic_write_json
 from .methods import Decoder
-from .policy import Policy
+from .policy import MARGIN, Policy
 from .sampling import Sampling
 from .tree import from_accuracies
 
@@ -141,9 +141,10 @@ class Sizing:
         return dict(sorted(best.items()))
 
     def chosen(self) -> dict | None:
-        """The shape predicted to be fastest, or None if no shape beats plain decoding."""
+        """The shape predicted to be fastest, or None if none beats plain decoding by the policy's
+        margin (then the policy, too, takes plain steps on held-out text)."""
         best = max(self.menu().values(), key=self.speedup, default=None)
-        return best if best is not None and self.speedup(best) > 1 else None
+        return best if best is not None and self.speedup(best) > MARGIN else None
 
     def seconds(self, size: int, stored=None) -> float:
         """C(size) of the menu's shape of that size, or of the shape `stored` (C(0): a plain step)."""
@@ -182,8 +183,8 @@ class Sizing:
         if best is None:
             top = max(self.menu().values(), key=self.speedup)
             return (f"{self.method}: no size pays on this device (the best, {what.format(fmt(top['shape']))}, is "
-                    f"predicted at {self.speedup(top):.2f}x plain decoding): plain steps, probing now and then; {where}, "
-                    f"{self.path}")
+                    f"predicted at {self.speedup(top):.2f}x plain decoding, and a size must promise {MARGIN:.2f}x): "
+                    f"plain steps, probing now and then; {where}, {self.path}")
         return (f"{self.method} sized for this device: {what.format(fmt(best['shape']))}, predicted "
                 f"{self.speedup(best):.2f}x plain decoding (tau {1 + best['accepted']:.2f} on held-out prompts, a step "
                 f"costs {best['seconds'] / self.plain_s:.2f} plain steps); {where}, {self.path}")
