@@ -11,11 +11,14 @@ For every candidate shape of the method (`candidates`: a draft's k, a Medusa tre
 EAGLE-2 tree's (top_k, depth, total_tokens), a lookup's k, lookahead's G), it decodes the sizing
 prompts with a chooser that always proposes that shape, and times every step on its own:
 
-    C(s): the median seconds of a step that proposed at shape s,
+    C(s): the mean seconds of a step that proposed at shape s,
     A(s): the mean tokens such a step accepted (the correction or bonus not counted),
-    C(0): the median seconds of a plain decoding step (`decoding.autoregressive`),
+    C(0): the mean seconds of a plain decoding step (`decoding.autoregressive`),
 
 all shapes in turn, prompt by prompt, so a slow spell of the machine hits every shape alike.
+Means, not medians: a pass takes as long as its steps added up, which is their number times the
+mean; a median, blind to the occasional slow step, undercounts most where steps are cheap and
+many (plain decoding), and so underrates every method that saves steps.
 Shape s is predicted to run at (1 + A(s)) C(0) / C(s) times plain decoding's speed; the best
 shape is the method's size here. The sizing prompts are held out from training and from the
 benchmark: the last two of each category in tinyspec/prompts.jsonl, of which the benchmark reads
@@ -51,7 +54,7 @@ from .tree import from_accuracies
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 2, 40  # sizing prompts per category, tokens decoded from each
 DIRECTORY = Path("runs/sizing")  # where measurements are kept
-VERSION = 1  # of the measurement: a cached file of another version is measured again
+VERSION = 2  # of the measurement: a cached file of another version is measured again
 
 # The shapes each method is measured at: size -> shape (what the loop proposes; `shape_of`).
 DRAFT_KS, MEDUSA_NODES, LOOKUP_KS, LOOKAHEAD_GS = (1, 2, 3, 4, 6, 8), (2, 4, 8, 16, 32), (2, 4, 8, 16), (1, 2, 4)
@@ -227,10 +230,10 @@ def measure(method: str, d: Decoder, prompts: list[list[int]], sampling: Samplin
                     times[i].append(seconds)
                     accepted[i].append(len(step.tokens) - 1)
     rows = [{"size": size, "shape": list(stored) if isinstance(stored, tuple) else stored, "steps": len(times[i]),
-             "seconds": statistics.median(times[i]) if times[i] else None,
+             "seconds": statistics.fmean(times[i]) if times[i] else None,
              "accepted": statistics.fmean(accepted[i]) if accepted[i] else 0.0}
             for i, (size, stored, _) in enumerate(decoders)]
-    return Sizing(method, statistics.median(plain_times), rows, measured_s=time.perf_counter() - t0)
+    return Sizing(method, statistics.fmean(plain_times), rows, measured_s=time.perf_counter() - t0)
 
 
 def device_name(device: torch.device) -> str:
