@@ -36,7 +36,7 @@ computed but the head has not read are *pending*:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -306,7 +306,9 @@ def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, top_k: int, dep
 @dataclass
 class EagleRow(Row):
     drafter: HeadDrafter | None = None  # the head's side, with the row's own head cache
-    pending: tuple | None = None  # (features, tokens): the true pairs (f_j, t_{j+1}) the head has not read
+    # the true pairs (f_j, t_{j+1}) the head has not read, as pieces [(features, tokens)], joined when
+    # it reads them: a plain step appends its piece instead of copying all the pieces before it
+    pending: list = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -337,7 +339,7 @@ def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Samp
         own = own if own is not None else head.new_cache(max_len + head_room)
         own.reset()
         r.drafter = HeadDrafter(head, target, own)
-        r.pending = (f, torch.tensor(r.seq[1:] + [int(r.root)], device=device))  # pairs (f_j, t_{j+1}) unread
+        r.pending = [(f, torch.tensor(r.seq[1:] + [int(r.root)], device=device))]  # pairs (f_j, t_{j+1}) unread
     done = yield first_steps(rows)
     while rows := leave(rows, done, [cache], max_len):
         shape = policy.choose(len(rows)) if policy else shapes[0]  # None: a plain step for every row
@@ -347,13 +349,14 @@ def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Samp
             if shape is None or L + 1 + budget > max_len or L + deepest >= target.config.n_ctx:
                 proposals.append(None)  # a plain step, chosen or for want of room
             else:  # 0-1. the row's head catches up and drafts its tree
-                proposals.append(draft_tree(r.drafter, r.pending, tree, *shape, sampled, sampling, r.generator))
+                pending = [torch.cat(part) for part in zip(*r.pending)]
+                proposals.append(draft_tree(r.drafter, pending, tree, *shape, sampled, sampling, r.generator))
         # 2-4. one target forward over roots and trees, each row's rule, its cache compacted to its accepted path
         produced = {}
         for r, prop, (step, hidden) in zip(rows, proposals, verify_trees(target, cache, rows, proposals, accept,
                                                                          sampling)):
             new = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of the root and what followed
-            r.pending = new if prop is not None else tuple(torch.cat(pair) for pair in zip(r.pending, new))
+            r.pending = [new] if prop is not None else r.pending + [new]
             step.size = 0 if prop is None else shape[2] if tree is None else len(tree)  # a grown tree's budget
             produced[r.id] = step
         if policy:  # what every row accepted; the policy times the step itself
