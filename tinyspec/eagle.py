@@ -356,7 +356,10 @@ def eagle(target: GPT, head: EagleHead, prompts: list[list[int]], sampling: Samp
         for r, prop, (step, hidden) in zip(rows, proposals, verify_trees(target, cache, rows, proposals, accept,
                                                                          sampling)):
             new = (hidden, torch.tensor(step.tokens, device=device))  # 5. true features of the root and what followed
-            r.pending = [new] if prop is not None else r.pending + [new]
+            if prop is not None:
+                r.pending = [new]  # the head read everything before this step
+            else:
+                r.pending.append(new)
             step.size = 0 if prop is None else shape[2] if tree is None else len(tree)  # a grown tree's budget
             produced[r.id] = step
         if policy:  # what every row accepted; the policy times the step itself

@@ -18,8 +18,9 @@ take. Every step it chooses the size with the highest rate,
 from C measured on the device (`sizing.py` at batch 1, `auto.measure_costs` for batches) and A
 measured on held-out text, and speculates only where the best rate beats the plain step's by a
 `margin` (5%): the costs are measured to a few percent, and a size that merely ties with a plain
-step wins nothing when it is right and loses when it is wrong. a is the running ratio of tokens accepted to tokens promised (each
-step's counts weigh `decay` times the next's), so it follows the text at hand: where a falls,
+step wins nothing when it is right and loses when it is wrong. a is the running ratio of tokens
+accepted to tokens promised (each step's counts weigh `decay` times the next's), so it follows
+the text at hand: where a falls,
 smaller sizes win, and below some point the plain step does. This is dynamic speculation length
 in the sense of SpecDec++ (Huang et al. 2024) and DISCO (Mamou et al. 2024), with the threshold
 not learned but read off measured costs, as SmartSpec (Liu et al. 2024) does for batches.
