@@ -70,6 +70,16 @@ def test_a_size_that_merely_ties_with_a_plain_step_is_not_taken():
     assert s.chosen() is None and "1.02x" in s.describe() and s.policy(lambda stored: stored).choose(1) is None
 
 
+def test_a_cold_first_step_does_not_shut_a_size_out():
+    """Sizing's costs are whole steps, the mean of many: one slow step (the first of a process runs
+    cold) must not price a size out for good, since a size no longer chosen is never timed again."""
+    policy = made_up(k2=(1.4, 1.5), k4=(2.0, 2.0)).policy(lambda stored: stored)
+    assert policy.choose(1) == 2
+    policy.update([2], 2, rows=1, seconds=14.0)  # ten times the step's measured cost
+    policy.update([], None, rows=1, seconds=0.1)  # and a plain step ten times cheaper
+    assert policy.choose(1) == 2 and policy.seconds(2, 1) == 1.4 and policy.seconds(0, 1) == 1.0
+
+
 @pytest.fixture(scope="module")
 def models():
     target = random_gpt(vocab_size=64, n_ctx=128, scale=4.0)

@@ -75,7 +75,7 @@ class BatchPolicy(Policy):
         self.trees = {s: from_accuracies(heads.accuracy, s).to(device) for s in sizes}
         promise = {s: expected_accepted(from_accuracies(heads.accuracy, s), heads.accuracy.cpu()) for s in sizes}
         self.F, self.H = costs or measure_costs(target, heads, max_rows, [1 + s for s in (0, *sizes)])  # F(rows, t), H(rows)
-        super().__init__(promise, self.forward, self.trees, decay, probe_every, prior)
+        super().__init__(promise, self.forward, self.trees, decay, probe_every, prior, learn_costs=True)  # F leaves work out
 
     def forward(self, size: int, rows: int) -> float:
         return self.F(rows, 1) if size == 0 else self.H(rows) + self.F(rows, 1 + size)

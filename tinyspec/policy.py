@@ -25,6 +25,13 @@ smaller sizes win, and below some point the plain step does. This is dynamic spe
 in the sense of SpecDec++ (Huang et al. 2024) and DISCO (Mamou et al. 2024), with the threshold
 not learned but read off measured costs, as SmartSpec (Liu et al. 2024) does for batches.
 
+Costs from `sizing.py` are whole steps, the mean of many, measured on this device: the policy
+trusts them. Costs that count only the forward (`auto.BatchPolicy`) are corrected by the clock
+(`learn_costs`): each step is timed whole and its shape's cost moves towards what it took. Not for
+whole-step costs: the first steps of a process run cold (allocations, the first forward of each
+shape), and a cold step that set a size's cost would shut that size out for good, since a size
+no longer chosen is never timed again.
+
 While the policy takes plain steps, a cannot learn. So after `probe_every` plain steps it tries
 once the size it would choose if the text were as predictable as held-out text (a = 1), and only
 where that size would pay; each probe that does not bring speculation back doubles the wait, to
@@ -46,16 +53,18 @@ class Policy:
     """promise: {size: A(size)}, the tokens a step of that size accepts on held-out text, the
     correction or bonus not counted; cost(size, rows): the measured seconds of a whole step (size
     0: a plain step); shapes: {size: what the loop proposes at that size} (a Tree, a tuple; by
-    default the size itself). prior: tokens promised, and as many accepted, before any step."""
+    default the size itself). prior: tokens promised, and as many accepted, before any step.
+    learn_costs: correct `cost` by each step's wall time (for costs that leave part of a step out)."""
 
     def __init__(self, promise: dict[int, float], cost: Callable[[int, int], float],
                  shapes: dict[int, Hashable] | None = None, decay: float = 0.9, probe_every: int = 8,
-                 prior: float = 4.0, margin: float = MARGIN):
+                 prior: float = 4.0, margin: float = MARGIN, learn_costs: bool = False):
         self.promise, self.cost = dict(promise), cost
         self.shapes = shapes if shapes is not None else {s: s for s in promise}
         self.size_of = {shape: s for s, shape in self.shapes.items()}
         self.largest = max(self.promise)
         self.decay, self.probe_every, self.prior, self.margin = decay, probe_every, prior, margin
+        self.learn_costs = learn_costs
         self.accepted = self.promised = prior  # a = 1: held-out acceptance holds until the text says otherwise
         self.plain_steps, self.wait = 0, probe_every  # plain steps since the last probe, and before the next
         self.extra: dict[tuple[int, int], float] = {}  # (size, rows) -> running seconds beyond cost(size, rows)
@@ -72,8 +81,8 @@ class Policy:
         return self.accepted / self.promised
 
     def seconds(self, size: int, rows: int) -> float:
-        """What a step costs: the measured cost, plus the running extra that whole steps of this
-        size at this many rows took beyond it (`update`)."""
+        """What a step costs: the measured cost, plus (learning costs) the running extra that
+        whole steps of this size at this many rows took beyond it (`update`)."""
         return self.cost(size, rows) + self.extra.get((size, rows), 0.0)
 
     def rate(self, size: int, rows: int, tokens: float) -> float:
@@ -104,13 +113,14 @@ class Policy:
         """accepted: tokens each row that proposed accepted in this step (the correction or bonus
         not counted); shape: what `choose` returned; seconds: the whole step's wall time at `rows`
         rows (given rows and no seconds, the time since `choose`: the loop only reports what
-        happened, the policy keeps its own clock). The running extra of each (size, rows) corrects
-        the measured cost as a corrects A: kept per shape, not per row, since part of a step's
-        work is per step, and plain steps that are no longer chosen are never timed again."""
+        happened, the policy keeps its own clock). Learning costs, the running extra of each
+        (size, rows) corrects the measured cost as a corrects A: kept per shape, not per row, since
+        part of a step's work is per step, and plain steps that are no longer chosen are never
+        timed again."""
         size = 0 if shape is None else self.size_of[shape]
-        if seconds is None and rows is not None and self.started is not None:
+        if seconds is None and rows is not None and self.started is not None and self.learn_costs:
             seconds = time.perf_counter() - self.started
-        if seconds is not None:
+        if seconds is not None and self.learn_costs:
             key, extra = (size, rows), seconds - self.cost(size, rows)
             old = self.extra.get(key)  # the first step of a shape sets its extra; later ones move it
             self.extra[key] = extra if old is None else self.decay * old + (1 - self.decay) * extra

@@ -58,7 +58,9 @@ VERSION = 2  # of the measurement: a cached file of another version is measured 
 
 # The shapes each method is measured at: size -> shape (what the loop proposes; `shape_of`).
 DRAFT_KS, MEDUSA_NODES, LOOKUP_KS, LOOKAHEAD_GS = (1, 2, 3, 4, 6, 8), (2, 4, 8, 16, 32), (2, 4, 8, 16), (1, 2, 4)
-EAGLE_TREES = ((2, 3, 4), (2, 4, 8), (4, 3, 8), (2, 6, 16), (4, 4, 16), (2, 8, 32), (4, 6, 32))  # (top_k, depth, total)
+# (top_k, depth, total); top_k = 1 is a chain: two head forwards for depth 2, where a small model's
+# fixed cost per forward makes every forward count
+EAGLE_TREES = ((1, 2, 2), (1, 3, 3), (2, 3, 4), (2, 4, 8), (4, 3, 8), (2, 6, 16), (4, 4, 16), (2, 8, 32), (4, 6, 32))
 
 
 def candidates(method: str, d: Decoder) -> list[tuple[int, object]]:
