@@ -94,8 +94,10 @@ def prompts(n=3):
 def test_measure_times_every_shape_and_counts_what_it_accepted(models):
     target, draft = models
     d = Decoder(target, "draft", draft, 4)
-    s = sizing.measure("draft", d, prompts(), Sampling(0.0), new_tokens=24)
+    lines = []
+    s = sizing.measure("draft", d, prompts(), Sampling(0.0), new_tokens=24, progress=lines.append)
     assert [r["size"] for r in s.shapes] == list(sizing.DRAFT_KS) and s.plain_s > 0
+    assert lines == ["sizing draft at T = 0: warming up"] + [f"sizing draft at T = 0: prompt {i} of 3" for i in (1, 2, 3)]
     for r in s.shapes:
         assert r["steps"] > 0 and r["seconds"] > 0 and 0 <= r["accepted"] <= r["size"]
 
@@ -139,6 +141,22 @@ def test_a_method_that_never_proposed_takes_plain_steps():
     assert s.chosen() is None and "plain steps" in s.describe()
     policy = s.policy(lambda stored: stored)
     assert all(policy.choose(1) is None for _ in range(100))  # not even a probe: nothing was ever measured to pay
+
+
+def test_a_method_no_size_of_which_can_pay_runs_plain_decodings_loop(models):
+    """Where no size pays even at held-out acceptance, a never leaves 1 and no probe is made: every
+    step would be plain, so the method runs plain decoding's loop itself, without its own
+    bookkeeping; where a size pays at held-out acceptance, the method's own loop runs."""
+    target, draft = models
+    never, pays = made_up(k2=(3.0, 1.5)), made_up(k2=(1.2, 1.5))  # 0.83x and 2.08x of plain decoding
+    plain = run(autoregressive(target, [prompts()[0]], Sampling(0.0), [None], 40), 20).token_ids
+    for s, own_loop in ((never, False), (pays, True)):
+        policy, asked = s.policy(lambda stored: stored), []
+        choose = policy.choose
+        policy.choose = lambda rows: asked.append(rows) or choose(rows)  # the draft loop asks every step
+        d = Decoder(target, "draft", draft, "auto", policy=policy)
+        assert run(d.steps(prompts()[0], Sampling(0.0), None, 20), 20).token_ids == plain
+        assert bool(asked) == own_loop
 
 
 def test_no_prediction_for_a_size_sizing_never_timed():

@@ -72,6 +72,7 @@ class Runner:
         self.fixed = {}  # method -> the shapes the benchmark names with a size, measured beside the candidates
         self.draft_vocab = None  # --draft-vocab: the token ids drafters propose from (default: all)
         self.profile = False  # --profile: each pass's time split by ledger.Ledger
+        self.progress = None  # called with a line of text while sizing measures
 
     def base(self, name: str, size: str, rule: str | None) -> Decoder:
         """The decoder of a method at a fixed size (a sized method: at its defaults, before sizing)."""
@@ -108,7 +109,8 @@ class Runner:
                       self.stored(name, s)) for s in self.fixed.get(name, [])]
             shapes = list({repr(x): x for x in candidates(name, d) + [(n, tuple(st) if isinstance(st, list) else st)
                                                                    for n, st in extra]}.values())
-            self.sizings[key] = size(name, d, self.sizing_prompts, sampling, remeasure=self.remeasure, shapes=shapes)
+            self.sizings[key] = size(name, d, self.sizing_prompts, sampling, remeasure=self.remeasure, shapes=shapes,
+                                     progress=self.progress)
         return self.sizings.get(key)
 
     def decoder(self, spec, sampling) -> Decoder:
@@ -354,8 +356,11 @@ def measure(args, argv: list[str]) -> dict:
     """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
     runner, specs, temperatures, prompts = prepare(args)
     categories, target, device = list(prompts), runner.target, runner.device
-    for temperature, (name, param) in itertools.product(temperatures, specs):  # sizing first, never inside a pass
-        runner.sizing(name, param.partition("@")[2] or None, Sampling(temperature))
+    with tqdm(total=None, desc="sizing", bar_format="{desc}", disable=args.json) as bar:  # minutes, on first use
+        runner.progress = bar.set_description_str
+        for temperature, (name, param) in itertools.product(temperatures, specs):  # sizing first, never inside a pass
+            runner.sizing(name, param.partition("@")[2] or None, Sampling(temperature))
+    runner.progress = None
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
     total = len(specs) * len(temperatures) * len(categories) * args.repeats

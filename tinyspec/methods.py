@@ -158,6 +158,11 @@ class Decoder:
             self.policy.reset()
         max_len = min(self.n_ctx, max(map(len, prompts)) + max_new_tokens + method.room(self))
         own = len(prompts) == 1  # batch 1: the caches made here
+        may_speculate = getattr(self.policy, "may_speculate", None)  # a policy.Policy knows; other choosers may
+        if may_speculate is not None and not may_speculate(len(prompts)):
+            # no size pays on this device even on held-out text, so every step would be a plain step:
+            # the method is plain decoding here, and runs plain decoding's loop, without its own bookkeeping
+            return plain_loop(self, own, (prompts, sampling, generators), max_len, rule)
         return method.loop(self, own, (prompts, sampling, generators), max_len, rule)
 
 

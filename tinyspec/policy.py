@@ -95,6 +95,12 @@ class Policy:
         size = max(self.promise, key=lambda s: self.rate(s, rows, 1 + a * self.promise[s]))
         return size if self.rate(size, rows, 1 + a * self.promise[size]) > self.margin * self.rate(0, rows, 1) else 0
 
+    def may_speculate(self, rows: int) -> bool:
+        """Whether any step of a new text, at up to `rows` rows, could speculate. With costs that do
+        not learn, a starts at 1 and moves only on speculative steps, and a probe assumes a = 1: if
+        no size pays at a = 1, every step is a plain step."""
+        return self.learn_costs or any(self.best(r, 1.0) for r in range(1, rows + 1))
+
     def choose(self, rows: int = 1):
         """The shape of this step (None: a plain step)."""
         self.started = time.perf_counter()  # the step starts with its choice; `update` ends it

@@ -219,7 +219,8 @@ def measure(method: str, d: Decoder, prompts: list[list[int]], sampling: Samplin
     accepted, plain_times, t0 = {i: [] for i in range(len(decoders))}, [], time.perf_counter()
     for p, prompt in enumerate([prompts[0]] + prompts):  # the first pass warms up
         if progress:
-            progress(f"sizing {method}: prompt {p} of {len(prompts)}" if p else f"sizing {method}: warming up")
+            what = f"sizing {method}" + (f"@{d.rule}" if d.rule else "") + f" at T = {sampling.temperature:g}"
+            progress(f"{what}: prompt {p} of {len(prompts)}" if p else f"{what}: warming up")
         runs = [(None, plain)] + [(i, dec) for i, (_, _, dec) in enumerate(decoders)]
         for i, dec in runs:  # every shape in turn on the same prompt
             generator = torch.Generator(device=d.target.lm_head.weight.device).manual_seed(seed + p)
