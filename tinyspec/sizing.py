@@ -15,7 +15,8 @@ prompts with a chooser that always proposes that shape, and times every step on 
     A(s): the mean tokens such a step accepted (the correction or bonus not counted),
     C(0): the mean seconds of a plain decoding step (`decoding.autoregressive`),
 
-all shapes in turn, prompt by prompt, so a slow spell of the machine hits every shape alike.
+all shapes in turn, prompt by prompt, so a slow spell of the machine hits every shape alike, and
+plain decoding before and after them, so C(0) spans the same minutes as the shapes it is compared with.
 Means, not medians: a pass takes as long as its steps added up, which is their number times the
 mean; a median, blind to the occasional slow step, undercounts most where steps are cheap and
 many (plain decoding), and so underrates every method that saves steps.
@@ -54,7 +55,7 @@ from .tree import from_accuracies
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 2, 40  # sizing prompts per category, tokens decoded from each
 DIRECTORY = Path("runs/sizing")  # where measurements are kept
-VERSION = 2  # of the measurement: a cached file of another version is measured again
+VERSION = 3  # of the measurement: a cached file of another version is measured again
 
 # The shapes each method is measured at: size -> shape (what the loop proposes; `shape_of`).
 DRAFT_KS, MEDUSA_NODES, LOOKUP_KS, LOOKAHEAD_GS = (1, 2, 3, 4, 6, 8), (2, 4, 8, 16, 32), (2, 4, 8, 16), (1, 2, 4)
@@ -221,8 +222,10 @@ def measure(method: str, d: Decoder, prompts: list[list[int]], sampling: Samplin
         if progress:
             what = f"sizing {method}" + (f"@{d.rule}" if d.rule else "") + f" at T = {sampling.temperature:g}"
             progress(f"{what}: prompt {p} of {len(prompts)}" if p else f"{what}: warming up")
-        runs = [(None, plain)] + [(i, dec) for i, (_, _, dec) in enumerate(decoders)]
-        for i, dec in runs:  # every shape in turn on the same prompt
+        # every shape in turn on the same prompt, between two plain passes: C(0) is then timed across
+        # the same spell of the machine as the shapes (a drift within the round weighs on both ends)
+        runs = [(None, plain)] + [(i, dec) for i, (_, _, dec) in enumerate(decoders)] + [(None, plain)]
+        for i, dec in runs:
             generator = torch.Generator(device=d.target.lm_head.weight.device).manual_seed(seed + p)
             for seconds, step in timed_steps(dec.steps(prompt, sampling, generator, new_tokens), new_tokens):
                 if p == 0:
