@@ -28,7 +28,7 @@ from .medusa import MedusaHeads
 from .model import GPT
 from .policy import Policy
 from .timing import forward_call, interleaved_medians
-from .tree import Tree, expected_accepted, from_accuracies
+from .tree import expected_accepted, from_accuracies
 
 
 @torch.no_grad()
