@@ -103,7 +103,8 @@ class Policy:
 
     def choose(self, rows: int = 1):
         """The shape of this step (None: a plain step)."""
-        self.started = time.perf_counter()  # the step starts with its choice; `update` ends it
+        if self.learn_costs:
+            self.started = time.perf_counter()  # the step starts with its choice; `update` ends it
         size = self.best(rows, self.a)
         if size:
             self.plain_steps, self.wait = 0, self.probe_every
@@ -124,12 +125,13 @@ class Policy:
         part of a step's work is per step, and plain steps that are no longer chosen are never
         timed again."""
         size = 0 if shape is None else self.size_of[shape]
-        if seconds is None and rows is not None and self.started is not None and self.learn_costs:
-            seconds = time.perf_counter() - self.started
-        if seconds is not None and self.learn_costs:
-            key, extra = (size, rows), seconds - self.cost(size, rows)
-            old = self.extra.get(key)  # the first step of a shape sets its extra; later ones move it
-            self.extra[key] = extra if old is None else self.decay * old + (1 - self.decay) * extra
+        if self.learn_costs:
+            if seconds is None and rows is not None and self.started is not None:
+                seconds = time.perf_counter() - self.started
+            if seconds is not None:
+                key, extra = (size, rows), seconds - self.cost(size, rows)
+                old = self.extra.get(key)  # the first step of a shape sets its extra; later ones move it
+                self.extra[key] = extra if old is None else self.decay * old + (1 - self.decay) * extra
         if size and accepted:
             self.accepted = self.decay * self.accepted + sum(accepted)
             self.promised = self.decay * self.promised + len(accepted) * self.promise[size]
