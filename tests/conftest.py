@@ -1,5 +1,7 @@
 import os
 import random
+import sys
+from pathlib import Path
 
 import torch
 
@@ -15,11 +17,13 @@ import pytest  # noqa: E402
 # the README are with this setting.
 torch.set_num_threads(1)
 
-from tinyspec.cli import WEIGHTS
-from tinyspec.medusa import MedusaHeads
+from tinyspec.kvcache import KVCache
+from tinyspec.methods.medusa import MedusaHeads
 from tinyspec.model import GPT, GPTConfig
 from tinyspec.tokenizer import load_tokenizer
 from tinyspec.tree import Tree
+
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights"  # the shipped weights and tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -105,9 +109,11 @@ def random_tree(n, depth, seed):
 @pytest.fixture(autouse=True)
 def no_downloads(monkeypatch):
     """Nothing is downloaded by the tests: a test that would build the packages' corpus fails here
-    (training commands in tests pass --stdlib-only; tests of the download itself fake pip)."""
-    from tinyspec import data
-    monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
+    (training commands in tests pass --stdlib-only; tests of the download itself fake pip). Only the
+    corpus command downloads: where no test module has loaded it, nothing can."""
+    data = sys.modules.get("tinyspec.commands.data")
+    if data is not None:
+        monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +126,7 @@ def sizing_in_a_temporary_directory(monkeypatch, sizing_dir):
     """A method named without a size is sized on first use (`sizing.py`): the tests keep those
     measurements out of the checkout's runs/, shared across the session as a user's are, and
     measure on one held-out prompt a category instead of two (the plumbing is the same)."""
-    from tinyspec import sizing
+    from tinyspec.speed import sizing
     monkeypatch.setattr(sizing, "DIRECTORY", sizing_dir)
     monkeypatch.setattr(sizing, "PER_CATEGORY", 1)
 
@@ -133,3 +139,89 @@ def refused(main, argv, capsys) -> str:
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
     return err
+
+
+# ---- decoding through the one loop ------------------------------------------------------------
+
+def generations(target, proposer=None, prompts=((3, 4),), sampling=None, seeds=None, n=40, **decoder):
+    """The Results of decoding `prompts` together (a batch of len(prompts) rows) with `proposer`
+    (default: plain decoding) through `Decoder(target, proposer, **decoder)` (size=, policy=, rule=);
+    row i samples with a generator seeded seeds[i] (default: none, for greedy)."""
+    from tinyspec.decoding import run_batch
+    from tinyspec.methods import Decoder
+    from tinyspec.sampling import Sampling
+    d = Decoder(target, proposer, **decoder)
+    prompts = [list(p) for p in prompts]
+    generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
+    return run_batch(d.batch_steps(prompts, sampling or Sampling(0.0), generators), len(prompts), n)
+
+
+def plain_tokens(target, prompt, n=40, sampling=None, seed=None):
+    """Plain decoding's tokens for one prompt (the reference every method is held to)."""
+    return generations(target, None, [prompt], sampling, None if seed is None else [seed], n)[0].token_ids
+
+
+class Coin:
+    """A policy that picks one of `sizes`, or a plain step, at random every step: whatever it
+    chooses, the output must be the target's."""
+
+    def __init__(self, sizes, seed=0, plain=True):
+        self.promise, self.rng, self.plain = {s: 1.0 for s in sizes}, random.Random(seed), plain
+        self.chosen = []
+
+    def choose(self, rows):
+        size = self.rng.choice(([None] if self.plain else []) + list(self.promise))
+        self.chosen.append(size)
+        return size
+
+    def update(self, accepted, size, rows):
+        pass
+
+    def reset(self):
+        pass
+
+    def may_speculate(self, rows):
+        return True
+
+
+def looped(target, proposer=None, prompts=((3, 4),), size=None, rule="greedy", sampling=None, seeds=None, n=40,
+           policy=None, cache=None):
+    """Like `generations`, but through the loop itself (`decoding.decode`), judged by `rule` as named:
+    a Decoder judges every step at temperature 0 with the greedy rule (`decoding.default_rule`), so
+    a test that holds another rule to greedy decoding at T = 0 calls the loop. size: every step's
+    (default: the method's default size), or policy: a chooser of the sizes it promises; cache: the
+    target's (to look inside it afterwards)."""
+    from tinyspec.decoding import Proposer, decode, run_batch
+    from tinyspec.sampling import Sampling
+    proposer = proposer or Proposer()
+    sizes = list(policy.promise) if policy is not None else [s for s in [size or proposer.default_size] if s]
+    prompts = [list(p) for p in prompts]
+    generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
+    steps = decode(target, proposer, prompts, sampling or Sampling(0.0), generators,
+                   {s: proposer.shape(s) for s in sizes}, policy, rule, cache)
+    return run_batch(steps, len(prompts), n)
+
+
+def drive(steps, prompts, n):
+    """Drives a loop (`Decoder.steps`, `decoding.decode`) through its first n yields (the prefill's
+    and n - 1 steps) and leaves it there, its caches as they are. Returns each row's text (prompt +
+    tokens so far) and what each yield gave ([{row: Step}])."""
+    texts, produced = [list(p) for p in prompts], [next(steps)]
+    while True:
+        for row, step in produced[-1].items():
+            texts[row] += step.tokens
+        if len(produced) == n:
+            return texts, produced
+        produced.append(steps.send([]))
+
+
+def assert_cache_holds(model, cache, text, row=0):
+    """Row `row` of `cache` holds exactly what plain decoding of text[:length] builds, one token at a
+    time (the cache after speculative steps, against the one plain decoding builds)."""
+    n = cache.lengths[row]
+    expected = KVCache.for_model(model, max(n, 1))
+    with torch.no_grad():
+        for t in text[:n]:
+            model(torch.tensor([[t]], device=cache.k.device), cache=expected)
+    torch.testing.assert_close(cache.k[:, row, :, :n], expected.k[:, 0, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.v[:, row, :, :n], expected.v[:, 0, :, :n], atol=1e-5, rtol=1e-5)

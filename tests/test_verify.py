@@ -1,6 +1,7 @@
 """The acceptance rules of verify.py: each lossless rule reproduces the target's distribution
 (statistically, on a model small enough to enumerate), typical acceptance is shown to drift, and
 planted bugs (the rule's own source with one line changed) are caught."""
+import __future__
 import inspect
 import itertools
 import textwrap
@@ -10,11 +11,11 @@ import torch
 
 from tinyspec import verify
 from tinyspec.decoding import run
-from tinyspec.medusa import medusa
+from tinyspec.methods import Decoder
+from tinyspec.methods.draft import accept_or_resample
+from tinyspec.methods.medusa import Medusa
 from tinyspec.sampling import Sampling, sample
-from tinyspec.speculative import accept_or_resample
-from tinyspec.tree import Tree
-from tinyspec.verify import chain_rule
+from tinyspec.tree import Tree, chain
 
 from conftest import random_gpt, random_heads
 from test_speculative import chi_square, critical_value
@@ -41,8 +42,9 @@ def exact_three_token_distribution(target):
 
 def three_token_counts(target, heads, rule, n):
     counts, from_tree = torch.zeros(V ** 3), 0
+    d = Decoder(target, Medusa(target, heads, tree=BRANCHING), rule=rule)
     for seed in range(n):
-        res = run(medusa(target, heads, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, BRANCHING, rule), 3)
+        res = run(d.steps(PROMPT, SAMPLING, torch.Generator().manual_seed(seed)), 3)
         out = res.token_ids
         counts[(out[0] * V + out[1]) * V + out[2]] += 1
         from_tree += res.proposed > 0
@@ -143,13 +145,26 @@ def context_dependent_tables(W=3, temperature=1.5, seed=46):
     return soft(), soft(W), soft(W, W), soft(), soft(W)
 
 
-def mutant(module, name: str, old: str, new: str):
-    """`module.name` rebuilt from its source with `old` replaced by `new`: a planted bug."""
-    src = textwrap.dedent(inspect.getsource(getattr(module, name)))
+def mutant(module, name: str, old: str, new: str, owner=None):
+    """`module.name` (or the method `owner.name` of a class of `module`) rebuilt from its source
+    with `old` replaced by `new`: a planted bug."""
+    src = textwrap.dedent(inspect.getsource(getattr(owner or module, name)))
     assert old in src, f"{name} no longer contains {old!r}: update the planted bug"
     namespace = dict(vars(module))
-    exec(compile(src.replace(old, new), f"<mutant of {name}>", "exec"), namespace)
+    exec(compile(src.replace(old, new), f"<mutant of {name}>", "exec", __future__.annotations.compiler_flag), namespace)
     return namespace[name]
+
+
+def chain_rule(name: str):
+    """Rule `name` of `verify.RULES` (looked up when called, so a planted bug is seen) with the
+    signature of `accept_or_resample`, for chains: (p (k+1, V), q (k, V), drafts (k,), generator)
+    -> (n accepted, next token)."""
+    def accept(p, q, drafts, generator):
+        k = len(drafts)
+        tokens = torch.cat([drafts.new_zeros(1), drafts])  # the root's token is never read
+        path, token = verify.RULES[name](tokens, p, chain(k), torch.cat([q[:1], q]), generator)
+        return len(path) - 1, token
+    return accept
 
 
 @pytest.mark.parametrize("rule", ["block", "pointmass", "lossless", "traversal"])
