@@ -1,6 +1,7 @@
 """`python -m tinyspec`: what the commands are, on one screen, written from what exists: the
 methods from `methods.METHODS`, the training jobs from `train`'s own subcommands."""
 
+from .cli import run_main
 from .methods import METHODS
 
 
@@ -22,9 +23,10 @@ def overview() -> str:
   python -m tinyspec.data       build the training corpus (stdlib + pinned packages); `data prompts` makes
                                 the benchmark prompts from held-out modules
   python -m tinyspec.evaluate   a target's validation loss, loops and every method's tau, without a clock
-  python -m tinyspec.figures    redraw the walkthrough's figures
+  python -m tinyspec.figures    draw the walkthrough's figures (into --out; docs/figures holds the book's)
 
 Each command has --help with examples. Tests: python -m pytest (the statistical ones: -m slow).
+Sizing measurements, the corpus and figures drawn without --out are kept in $TINYSPEC_HOME (~/.cache/tinyspec).
 """
 
 
@@ -33,4 +35,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -160,12 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "bonus tokens (see --color)")
     ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                     help="when --show colours: auto = only on a terminal and without NO_COLOR set")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more)")
-    ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only")
-    ap.add_argument("--top-p", type=float, help="nucleus sampling: the most likely tokens holding this much mass")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more) "
+                    "(default: 0, greedy)")
+    ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
+    ap.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this much "
+                    "mass (default: all tokens, as 1.0 would)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampling generators: prompt i of the file "
                     "(from 0) draws from its own generator seeded seed + i, whatever --batch-size, so identical prompts "
-                    "get independent samples and a prompt's text does not depend on the batch it is in")
+                    "get independent samples and a prompt's text does not depend on the batch it is in (default: 0)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
@@ -176,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "verification (--method medusa) as a captured CUDA graph: no Python or launch overhead per step")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     ap.add_argument("--remeasure", action="store_true", help="measure the sizes of a method named without one again "
-                    "(sizing.py), instead of reading runs/sizing/")
+                    "(sizing.py), instead of reading them from $TINYSPEC_HOME/sizing (default ~/.cache/tinyspec/sizing)")
     ap.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
                     "proposing, the acceptance rule, cache work and the rest (ledger.py; stats ledger_s); slows CUDA")
     return ap

@@ -54,7 +54,7 @@ from .tree import from_accuracies
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 2, 40  # sizing prompts per category, tokens decoded from each
-DIRECTORY = Path("runs/sizing")  # where measurements are kept
+from .files import SIZING as DIRECTORY  # where measurements are kept: $TINYSPEC_HOME/sizing (files.home)
 VERSION = 3  # of the measurement: a cached file of another version is measured again
 
 # The shapes each method is measured at: size -> shape (what the loop proposes; `shape_of`).
