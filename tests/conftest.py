@@ -117,17 +117,19 @@ def no_downloads(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def sizing_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("sizing")
+def tinyspec_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("tinyspec-home")
 
 
 @pytest.fixture(autouse=True)
-def sizing_in_a_temporary_directory(monkeypatch, sizing_dir):
-    """A method named without a size is sized on first use (`sizing.py`): the tests keep those
-    measurements out of the checkout's runs/, shared across the session as a user's are, and
-    measure on one held-out prompt a category instead of two (the plumbing is the same)."""
+def caches_in_a_temporary_home(monkeypatch, tinyspec_home):
+    """tinyspec's own folder (`files.home`: the sizing cache, the corpus, figures) is a temporary
+    one, shared across the session as a user's is, so the tests never read or fill the user's
+    (commands the tests start as subprocesses inherit it). A method named without a size is sized
+    on first use (`sizing.py`): on one held-out prompt a category instead of two (the plumbing is
+    the same)."""
     from tinyspec.speed import sizing
-    monkeypatch.setattr(sizing, "DIRECTORY", sizing_dir)
+    monkeypatch.setenv("TINYSPEC_HOME", str(tinyspec_home))
     monkeypatch.setattr(sizing, "PER_CATEGORY", 1)
 
 

@@ -91,6 +91,9 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
     (["--prompts", "{d}/long.jsonl", "--categories", "code"], "shorten it"),
     (["--max-new-tokens", "400", "--categories", "code"], "lower --max-new-tokens to"),
     (["--threads", "0"], "--threads"),
+    (["--prompts-per-category", "1000000"], "structured prompts; ask for"),  # not fewer than asked, in silence
+    (["--batch-prompts", "0", "--batch-sizes", "1,2"], "--batch-prompts must be at least 1"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_bad_benchmark_input_is_one_line_exit_2(files, argv, message, capsys):
     random_gpt(vocab_size=8192, n_ctx=320, seed=7).save(files / "other_target.safetensors")
@@ -142,6 +145,74 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(files, tmp_path,
         bench.main(argv + ["--model", str(files / "target.safetensors")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "afile is a file, not a folder" in err and err.count("\n") == 1, err
+
+
+def special_paths(tmp_path) -> dict[str, str]:
+    """Outputs no command may write, as root too: /proc and /sys refuse new files whatever the
+    permission bits say (os.access says yes), a device or a FIFO must not be replaced by a file."""
+    import os
+    import socket
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "to-fifo").symlink_to(tmp_path / "fifo")
+    paths = {"proc": "/proc/x.json", "sys": "/sys/x.json", "fifo": str(tmp_path / "fifo"), "socket": str(tmp_path / "sock"),
+             "folder": str(tmp_path / "folder"), "link to a fifo": str(tmp_path / "to-fifo")}
+    if os.path.exists("/dev/full"):
+        paths["device"] = "/dev/full"
+    return paths
+
+
+SPECIAL = ["proc", "sys", "fifo", "socket", "folder", "link to a fifo", "device"]
+
+
+def unchanged(tmp_path, path: str) -> bool:
+    """Nothing was made or replaced: /proc and /sys hold no x.json, the FIFO, socket, folder and
+    device are what they were, and no temporary file was left beside them."""
+    import stat
+    from pathlib import Path
+    mode = Path(path).stat().st_mode if Path(path).exists() else None
+    kinds = {"fifo": stat.S_ISFIFO, "sock": stat.S_ISSOCK, "folder": stat.S_ISDIR, "to-fifo": stat.S_ISFIFO,
+             "full": stat.S_ISCHR}
+    name = Path(path).name
+    if name in kinds and (mode is None or not kinds[name](mode)):
+        return False
+    return not Path("/proc/x.json").exists() and not Path("/sys/x.json").exists() and \
+        not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("flag, kind", [(flag, kind) for flag in ("--save", "--plot", "report --out") for kind in SPECIAL
+                                        if flag == "--save" or kind != "folder"])  # --plot and --out take a folder
+def test_outputs_that_cannot_be_written_are_refused_before_the_work(files, tmp_path, flag, kind, capsys, monkeypatch):
+    """As root (CI's user) too: the output is tried by creating a file where it will go."""
+    paths = special_paths(tmp_path)
+    if kind not in paths:
+        pytest.skip("no /dev/full here")
+    path = paths[kind] if flag == "--save" else paths[kind].removesuffix(".json")
+    monkeypatch.setattr(benchmark, "prepare", lambda *a: pytest.fail("the benchmark ran before its output was checked"))
+    err = refused(bench.main, flag.split() + [path, "--model", str(files / "target.safetensors")], capsys)
+    assert "Traceback" not in err and path in err and unchanged(tmp_path, path), err
+
+
+def test_evaluate_refuses_an_output_it_cannot_write_before_the_work(files, tmp_path, capsys, monkeypatch):
+    from tinyspec import evaluate
+    monkeypatch.setattr(evaluate, "prepare", lambda *a: pytest.fail("evaluate ran before its output was checked"))
+    for path in ("/proc/x.json", str(tmp_path)):
+        assert "--save" in refused(evaluate.main, ["--save", path, "--stdlib-only"], capsys)
+    assert "--data-dir" in refused(evaluate.main, ["--data-dir", "/proc/x", "--stdlib-only"], capsys)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_saved_report_goes_through_a_symlink_to_its_target(files, tmp_path):
+    """--save LINK writes the file LINK points at (the temporary file beside it) and keeps the link."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "r.json").write_text("old")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real" / "r.json")
+    bench.main(["--quick", "--no-hf", "--methods", "ar", "--categories", "code", "--max-new-tokens", "4",
+                "--model", str(files / "target.safetensors"), "--save", str(tmp_path / "link.json")])
+    assert (tmp_path / "link.json").is_symlink() and json.loads((tmp_path / "real" / "r.json").read_text())["rows"]
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["r.json"]
 
 
 def test_results_are_printed_before_they_are_saved(files, tmp_path, capsys, monkeypatch):

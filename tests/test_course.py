@@ -91,3 +91,23 @@ def test_handout_into_a_place_that_cannot_be_written_fails_before_copying(tmp_pa
         course.main(["handout", str(tmp_path / "afile" / "hw")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "afile is a file" in err
+
+
+@pytest.mark.parametrize("where", ["/proc/hw", "/sys/hw", "{tmp}/fifo"])
+def test_handout_where_no_file_can_be_made_is_one_line_exit_2(where, tmp_path, capsys, monkeypatch):
+    """As root too (CI's user), where os.access says yes to everything: the place is tried first."""
+    import os
+    from conftest import refused
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setattr(course, "handout", lambda *a: pytest.fail("the project was copied before the place was tried"))
+    err = refused(course.main, ["handout", where.format(tmp=tmp_path), "--chapters", "sampling"], capsys)
+    assert "Traceback" not in err and "handout" in err and not os.path.exists("/proc/hw")
+    assert [p.name for p in tmp_path.iterdir()] == ["fifo"] and (tmp_path / "fifo").is_fifo()
+
+
+def test_every_course_command_has_examples_in_its_help():
+    parser = course.build_parser()
+    verbs = next(a for a in parser._actions if a.dest == "verb").choices
+    assert set(verbs) == {"list", "handout", "grade"}
+    for verb, sub in verbs.items():
+        assert f"examples:\n  python -m tinyspec.course {verb}" in sub.format_help(), verb

@@ -288,7 +288,7 @@ def references(text: str, base=ROOT):
             if token not in new_args and looks_like_code(token, call, whole=m.group(0) == span):
                 yield "name", token, name_problem(token, call)
     for flag in FLAG.findall(" ".join(INLINE.findall(prose)) + " " + " ".join(FENCE.findall(text))):
-        yield "flag", flag, None if flag in cli_flags() | new | {"--index-url"} else "no command takes this flag"  # pip's
+        yield "flag", flag, None if flag in cli_flags() | new | {"--index-url", "--extra-index-url"} else "no command takes this flag"  # pip's
     for module, imported in TINYSPEC_IMPORT.findall(text):
         try:
             mod = importlib.import_module(module)
@@ -455,6 +455,37 @@ def test_the_table_generator_agrees_with_the_check(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"residual.png", "tau_and_speedup.png"}
 
 
+def test_figures_go_where_out_says_and_by_default_not_into_the_checkout(tmp_path, monkeypatch, capsys):
+    """Bare `python -m tinyspec.figures` draws into $TINYSPEC_HOME/figures, never over the book's
+    docs/figures; a place no file can be made in (as root too) is refused before anything is drawn."""
+    pytest.importorskip("matplotlib")
+    from conftest import refused
+    from tinyspec import figures
+    monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path))
+    before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "docs" / "figures").iterdir()}
+    figures.main([])
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == {"residual.png", "tau_and_speedup.png"}
+    assert {p.name: p.stat().st_mtime_ns for p in (ROOT / "docs" / "figures").iterdir()} == before
+    monkeypatch.setattr(figures, "residual_figure", lambda out: pytest.fail("drawn before --out was tried"))
+    for where in ("/proc/x", "/sys/x"):
+        err = refused(figures.main, ["--out", where, "residual"], capsys)
+        assert f"--out {where}: cannot create a file in" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("report, message", [("README.md", "is not a saved benchmark report"),
+                                             ("{tmp}/none.json", "no such file"), ("{tmp}", "is not a saved benchmark report"),
+                                             ("{tmp}/list.json", "is not a saved benchmark report")])
+def test_figures_refuse_a_report_that_is_not_one(report, message, tmp_path, capsys):
+    """`figures bench --report FILE` with FILE not a benchmark's JSON: one line, exit 2, nothing drawn."""
+    pytest.importorskip("matplotlib")
+    from conftest import refused
+    from tinyspec import figures
+    (tmp_path / "list.json").write_text("[1, 2]")
+    report = str(ROOT / report) if report == "README.md" else report.format(tmp=tmp_path)
+    err = refused(figures.main, ["bench", "--report", report, "--out", str(tmp_path / "out")], capsys)
+    assert message in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 def test_the_tour_can_be_checked_by_eye():
     """The README's tour: every generate command on the fibonacci prompt writes the same number of
     tokens (so "identical to plain" can be seen), and every sampled one names its seed."""
@@ -516,3 +547,34 @@ def test_before_and_after_tables_are_the_saved_evaluations(doc):
                 if len(parts) != len(values) or not all(agrees(p, v) for p, v in zip(parts, values)):
                     bad.append(f"{label}: the table says {cell}, the report {values}")
     assert not bad, f"{doc.name}: " + "; ".join(bad)
+
+
+def test_ci_runs_the_readmes_install_and_test_commands():
+    """.ci/run reads its install and test commands from the README's blocks marked `<!-- ci: NAME -->`
+    (so CI installs what a reader pastes): every block it names is there, the CPU install names the
+    CPU build of torch, and between them the blocks install the triton extra and run the fast and
+    the slow tests."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    names = re.findall(r"^run_readme_block (\w+)", ci, re.M)
+    assert names == ["install", "triton", "slow"], names
+    blocks = {}
+    for name in names:
+        m = re.search(rf"^<!-- ci: {name} -->\n```bash\n(.*?)^```", readme, re.S | re.M)
+        assert m, f"README.md has no ```bash block right after <!-- ci: {name} -->"
+        blocks[name] = [line.split("#")[0].strip() for line in m.group(1).splitlines() if line.strip()]
+    cpu = '"torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu'
+    assert blocks["install"][0] == f'pip install -e ".[test]" {cpu}'
+    assert blocks["triton"] == [f'pip install -e ".[test,triton]" {cpu}']
+    assert "python -m pytest" in blocks["install"] and blocks["slow"] == ["python -m pytest -m slow"]
+    assert "ATEN_CPU_CAPABILITY=default python -m pytest" in ci  # and the fast tests on another instruction set
+    installs = [line.strip() for line in ci.splitlines() if re.match(r"\s*(python -m )?pip install", line)]
+    assert installs == ["python -m pip install --quiet --upgrade pip"], installs  # none of its own beside the README's
+
+
+def test_triton_is_an_extra_of_its_own():
+    """The test extra does not pull Triton (about 1 GB) onto a CPU; the kernel's tests skip without it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any(r.startswith("triton") for r in extras["test"]) and extras["triton"][0].startswith("triton")
+

@@ -262,3 +262,48 @@ def test_the_overview_and_help_name_every_method_and_training_job(capsys):
     help_text = capsys.readouterr().out
     assert all(f"{name}: " in help_text for name in METHODS)
     assert "docs/example_prompts.txt" in help_text and "prompts.jsonl" not in help_text
+
+
+@pytest.mark.parametrize("module", ["tinyspec.generate", "tinyspec.bench", "tinyspec"])
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130(module):
+    """Ctrl-C in the first seconds, while `import torch` runs: "[interrupted]" and status 130, as
+    later, not a traceback from inside torch. Sent 0.2 s after the start, well inside the imports."""
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, "-m", module, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err and err.strip() == "[interrupted]", (p.returncode, err)
+
+
+def test_a_program_that_imports_tinyspec_keeps_pythons_ctrl_c():
+    """Only `python -m tinyspec...` changes Ctrl-C while it starts; a program, a notebook or the
+    tests that import tinyspec get Python's KeyboardInterrupt as always."""
+    code = "import signal, tinyspec; assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+    import signal
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's own process too
+
+
+def test_run_main_gives_the_command_pythons_ctrl_c_back(monkeypatch):
+    """The early handler covers the imports only: a command's main() runs with Python's own, so that
+    decoding can catch KeyboardInterrupt and print what it has (the test above this one's)."""
+    import signal
+    import tinyspec
+    from tinyspec.cli import run_main
+    seen = []
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: seen.append(handler))
+    monkeypatch.setattr(signal, "getsignal", lambda sig: tinyspec.interrupted_while_starting)
+    run_main(lambda: None)
+    assert seen == [signal.default_int_handler]
+
+
+def test_sampling_flags_show_their_defaults_in_help(capsys):
+    with pytest.raises(SystemExit):
+        generate.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split()).split("options:")[1]
+    for flag, default in (("--temperature", "(default: 0, greedy)"), ("--top-k", "(default: all tokens)"),
+                          ("--top-p", "(default: all tokens"), ("--seed", "(default: 0)")):
+        assert default in text[text.index(f"{flag} {flag[2:].upper().replace('-', '_')}"):][:400], flag

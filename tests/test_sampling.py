@@ -36,6 +36,20 @@ def test_top_p_keeps_smallest_set_reaching_mass():
     assert torch.allclose(probs(logits, top_p=0.81), torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95)
 
 
+def test_top_p_keeps_the_set_whose_mass_is_exactly_p_and_no_more():
+    """Where the most likely tokens' mass equals top_p exactly, they are the smallest set reaching
+    it, and the next token is left out (a mask that keeps tokens while the mass *before* them is
+    below p, not at most p). Eight equal tokens of 1/8 each, exact in floats, make the mass hit p
+    exactly; which of the tied tokens are kept does not matter, how many does. Hugging Face's
+    TopPLogitsWarper keeps as many."""
+    logits = torch.zeros(1, 8)
+    for top_p, kept in ((0.5, 4), (0.375, 3), (0.125, 1), (0.51, 5)):
+        p = probs(logits, top_p=top_p)
+        assert int((p > 0).sum()) == kept, f"top_p {top_p} over eight tokens of 1/8 keeps {int((p > 0).sum())}, not {kept}"
+        assert torch.allclose(p[p > 0], torch.full((kept,), 1 / kept))
+        assert int((hf_probs(logits, 1.0, None, top_p) > 0).sum()) == kept
+
+
 def test_seeded_sampling_is_reproducible_and_follows_p():
     p = torch.tensor([0.1, 0.2, 0.3, 0.4])
     draw = lambda seed: sample(p.expand(20000, 4), torch.Generator().manual_seed(seed))

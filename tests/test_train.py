@@ -148,17 +148,37 @@ def test_keep_best_saves_the_weights_of_the_best_validation(tmp_path):
     (["tokenizer", "--out", "{tmp}/afile/t.tiktoken"], "afile is a file, not a folder"),
     (["medusa", "--out", "{tmp}/afile/m.safetensors"], "afile is a file, not a folder"),
     (["eagle", "--run-dir", "{tmp}/afile/run"], "afile is a file, not a folder"),
+    # as root too (CI's user): /proc and /sys refuse a file whatever the permission bits say
+    (["gpt", "--preset", "tiny", "--out", "/proc/x.safetensors"], "--out /proc/x.safetensors: cannot create a file in /proc"),
+    (["gpt", "--preset", "tiny", "--run-dir", "/proc/x"], "--run-dir /proc/x: cannot create a file in /proc"),
+    (["gpt", "--preset", "tiny", "--data-dir", "/sys/x"], "--data-dir /sys/x: cannot create a file in /sys"),
+    (["gpt", "--preset", "tiny", "--data-dir", "{tmp}/afile"], "--data-dir {tmp}/afile: is a file, not a folder"),
+    (["tokenizer", "--out", "/proc/x.tiktoken"], "--out /proc/x.tiktoken: cannot create a file in /proc"),
+    (["tokenizer", "--out", "{tmp}/fifo"], "is a FIFO, not a file"),
+    (["medusa", "--out", "/proc/x.safetensors"], "cannot create a file in /proc"),
+    (["eagle", "--data-dir", "/proc/x"], "cannot create a file in /proc"),
+    # numbers that cannot train, refused instead of run (or quietly changed)
+    (["gpt", "--preset", "tiny", "--max-minutes", "-1"], "--max-minutes must be more than 0, got -1"),
+    (["gpt", "--preset", "tiny", "--warmup", "-5"], "--warmup must be 0 or more steps, got -5"),
+    (["gpt", "--preset", "tiny", "--block-size", "100000"], "--block-size 100000 is more than the model's context"),
+    (["gpt", "--preset", "tiny", "--block-size", "0"], "--block-size must be at least 1, got 0"),
+    (["gpt", "--preset", "tiny", "--lr", "0"], "--lr must be more than 0"),
+    (["medusa", "--lr", "-1"], "--lr must be more than 0"),
 ])
 def test_bad_training_input_is_one_line_exit_2_before_any_work(tmp_path, argv, message, capsys, monkeypatch):
     """Each is refused before a corpus is read or a tensor allocated, and leaves no folder behind
     (an empty runs/ once appeared after a refused run)."""
+    import os
     (tmp_path / "afile").write_text("")
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
+    os.mkfifo(tmp_path / "fifo")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(train.data, "corpus", lambda *a: pytest.fail("the corpus was read before the input was checked"))
     monkeypatch.setattr(train.data, "prepare", lambda *a: pytest.fail("the corpus was read before the input was checked"))
-    assert message.format(tmp=tmp_path) in refused(train.main, [a.format(tmp=tmp_path) for a in argv], capsys)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "binary.bin"]
+    err = refused(train.main, [a.format(tmp=tmp_path) for a in argv], capsys)
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "binary.bin", "fifo"] and (tmp_path / "fifo").is_fifo()
+    assert not os.path.exists("/proc/x.safetensors") and not os.path.exists("/proc/x.tiktoken")
 
 
 @pytest.mark.slow
@@ -211,7 +231,63 @@ def test_a_package_pip_cannot_fetch_is_left_out_in_one_line(tmp_path, monkeypatc
     fake_wheel(tmp_path / "rich-13.9.4-py3-none-any.whl", {"rich/x.py": "x = 1\n"})  # downloaded before
     assert data.download(tmp_path) == {"rich": tmp_path / "rich-13.9.4-py3-none-any.whl"}
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "click==8.1.7: not downloaded (ERROR: no network)" in err
+    assert [line for line in err.splitlines() if "not downloaded" in line] == [
+        "click==8.1.7: not downloaded (ERROR: no network); the corpus goes on without it"]
+
+
+def test_the_download_says_what_it_fetches_where_and_counts(tmp_path, monkeypatch, capsys):
+    """A minute or two of pip must not pass in silence: first one line naming every package pip is
+    about to download and where, then each one counted as it starts; what is there already is not named."""
+    fetched = []
+
+    def fake_pip(requirement, wheels):
+        fetched.append(requirement)
+        name, version = requirement.split("==")
+        fake_wheel(wheels / f"{name}-{version}-py3-none-any.whl", {f"{name}/x.py": "x = 1\n"})
+        return []
+    monkeypatch.setattr(data, "pip_download", fake_pip)
+    monkeypatch.setattr(data, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT"),
+                                           "attrs": ("24.2.0", "MIT")})
+    fake_wheel(tmp_path / "rich-13.9.4-py3-none-any.whl", {"rich/x.py": "x = 1\n"})  # downloaded before
+    assert set(data.download(tmp_path)) == {"click", "rich", "attrs"} and fetched == ["click==8.1.7", "attrs==24.2.0"]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"pip downloads the wheels of 2 pinned package(s) into {tmp_path}, once: click==8.1.7, attrs==24.2.0"
+    assert [line.strip() for line in lines[1:]] == ["[1/2] click==8.1.7", "[2/2] attrs==24.2.0"]
+    data.download(tmp_path)
+    assert capsys.readouterr().err == ""  # all there: nothing to say
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data-dir", "/proc/x"], "--data-dir /proc/x: cannot create a file in /proc"),
+    (["--data-dir", "{tmp}/afile"], "--data-dir {tmp}/afile: is a file, not a folder"),
+    (["third-party-prompts", "--data-dir", "/sys/x"], "--data-dir /sys/x: cannot create a file in /sys"),
+])
+def test_the_corpus_refuses_a_data_dir_it_cannot_write_before_any_work(tmp_path, argv, message, capsys, monkeypatch):
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setattr(data, "prepare", lambda *a, **k: pytest.fail("the corpus was built before --data-dir was checked"))
+    monkeypatch.setattr(data, "download", lambda *a, **k: pytest.fail("pip ran before --data-dir was checked"))
+    err = refused(data.main, [a.format(tmp=tmp_path) for a in argv], capsys)
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
+def test_the_corpus_lives_in_tinyspecs_home_whatever_the_directory(tmp_path, monkeypatch):
+    """Not data/ in whatever directory a command runs from: $TINYSPEC_HOME/data (conftest sets a
+    temporary home), the default of every command that reads the corpus."""
+    monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    from tinyspec import evaluate
+    want = str(tmp_path / "home" / "data")
+    assert data.build_parser().parse_args([]).data_dir == want
+    assert evaluate.build_parser().parse_args([]).data_dir == want
+    for job in ("gpt", "medusa", "eagle"):
+        assert train.build_parser().parse_args([job]).data_dir == want
+
+
+def test_trains_help_names_every_job_it_trains(capsys):
+    parser = train.build_parser()
+    jobs = next(a for a in parser._actions if a.dest == "what").choices
+    assert all(name in parser.description for name in jobs), parser.description
 
 
 def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path, monkeypatch):

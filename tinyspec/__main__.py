@@ -28,9 +28,10 @@ def overview() -> str:
   python -m tinyspec data       build the training corpus (stdlib + pinned packages); `data prompts` makes
                                 the benchmark prompts from held-out modules
   python -m tinyspec evaluate   a target's validation loss, loops and every method's tau, without a clock
-  python -m tinyspec figures    redraw the walkthrough's figures
+  python -m tinyspec figures    draw the walkthrough's figures (into --out; docs/figures holds the book's)
 
 Each command has --help with examples. Tests: python -m pytest (the statistical ones: -m slow).
+Sizing measurements, the corpus and figures drawn without --out are kept in $TINYSPEC_HOME (~/.cache/tinyspec).
 """
 
 
@@ -43,12 +44,8 @@ def main(argv=None) -> None:
         print(f"error: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)} (python -m tinyspec lists them)",
               file=sys.stderr)
         raise SystemExit(2)
-    try:  # importing a command imports torch, which takes seconds: Ctrl-C then is no traceback either
-        from .commands.cli import run_main
-        module = importlib.import_module(f".commands.{COMMANDS[argv[0]]}", __package__)
-    except KeyboardInterrupt:
-        print("\n[interrupted]", file=sys.stderr)
-        raise SystemExit(130)
+    from .commands.cli import run_main  # (a Ctrl-C while torch is imported: tinyspec/__init__.py)
+    module = importlib.import_module(f".commands.{COMMANDS[argv[0]]}", __package__)
     run_main(lambda: module.main(argv[1:]))
 
 

@@ -1,15 +1,75 @@
-"""Atomic writes: write to a temporary name beside the target, then rename into place, so a
-crash or Ctrl-C never leaves half a checkpoint, tokenizer or dataset behind."""
+"""Where files go, and writing them safely.
+
+Atomic writes: write to a temporary name beside the target, then rename into place, so a crash
+or Ctrl-C never leaves half a checkpoint, tokenizer or dataset behind. A symlink is written
+through (the temporary file goes beside what it points at, and the link stays); a device, a
+FIFO, a socket or a folder is never replaced by a file.
+
+`unwritable` tries an output path before a command's work starts, by creating (and removing) a
+file where the output will go: `os.access` answers yes to everything for root, and /proc or /sys
+refuse a file whatever the permission bits say.
+
+`home()` is the one place tinyspec keeps what it makes for itself (the sizing cache, the corpus):
+$TINYSPEC_HOME, or ~/.cache/tinyspec, never the directory a command happens to run from.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+
+
+def home() -> Path:
+    """tinyspec's own folder: `sizing/` (measurements, `sizing.py`) and `data/` (the corpus,
+    `data.py`) live here. $TINYSPEC_HOME when set, else ~/.cache/tinyspec; read at each call."""
+    return Path(os.environ.get("TINYSPEC_HOME") or "~/.cache/tinyspec").expanduser()
+
+
+class InHome(os.PathLike):
+    """A folder under `home()`, found when it is used (`os.fspath`, `Path(...)`), so a module
+    constant follows TINYSPEC_HOME set after import (as the tests set it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __fspath__(self) -> str:
+        return str(home() / self.name)
+
+    def __truediv__(self, other) -> Path:
+        return Path(self) / other
+
+    def __repr__(self) -> str:
+        return f"InHome({self.name!r}) -> {os.fspath(self)}"
+
+
+SIZING = InHome("sizing")  # sizing.DIRECTORY: the measurements of each method on each device
+
+
+def kind(path: Path) -> str | None:
+    """What `path` is, when it is something a file must not replace: 'a folder', 'a device',
+    'a FIFO', 'a socket'; None for a regular file or nothing (a symlink: what it points at)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # nothing there (or a dangling symlink: writing creates its target)
+        return None
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def destination(path: str | Path) -> Path:
+    """The file a write to `path` lands in: a symlink's target (the link itself stays), else `path`."""
+    path = Path(path)
+    return path.resolve() if path.is_symlink() else path
 
 
 def _tmp(path: Path) -> Path:
@@ -27,11 +87,26 @@ def _publish(tmp: Path, path: Path) -> None:
     tmp.replace(path)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
+@contextmanager
+def atomic_path(path: str | Path):
+    """Yields a temporary path to write (the caller names the format: its suffix is .tmp); on
+    success it is renamed to `path` (through a symlink), on any error removed."""
+    path = destination(path)
+    what = kind(path)
+    if what:  # commands refuse this before their work (`unwritable`); a library caller gets an error
+        raise IsADirectoryError(f"{path} is {what}, not a file: it is not replaced")
     tmp = _tmp(path)
-    tmp.write_text(text)
-    _publish(tmp, path)
+    try:
+        yield tmp
+        _publish(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def atomic_write_json(path: str | Path, obj) -> None:
@@ -39,27 +114,36 @@ def atomic_write_json(path: str | Path, obj) -> None:
 
 
 def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    path = Path(path)
-    tmp = _tmp(path)
-    save_file(tensors, tmp, metadata=metadata)
-    _publish(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, tmp, metadata=metadata)
 
 
 def unwritable(path: str | Path, directory: bool = False) -> str | None:
     """Why nothing could be written at `path` (a file, or with `directory` a folder to write into),
     or None. Commands ask this before their work starts, so a long run is never lost at the end to
-    a bad output path. Folders missing on the way are fine (the writer makes them); the nearest one
-    that exists must be a folder this process may write into. Nothing is created here."""
-    path = Path(path)
-    if path.exists() and directory != path.is_dir():
-        return "is a file, not a folder" if directory else "is a folder: give a file name"
+    a bad output path. A symlink counts as what it points at. Folders missing on the way are fine
+    (the writer makes them): the nearest one that exists is tried by creating and removing a file
+    in it. Nothing is left behind."""
+    try:
+        path = destination(path)
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        return f"cannot follow the link ({e})"
+    what = kind(path)
+    if directory and path.exists() and what != "a folder":
+        return f"is {what or 'a file'}, not a folder"
+    if not directory and what:
+        return "is a folder: give a file name" if what == "a folder" else f"is {what}, not a file"
     folder = path if directory else path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{folder} is not writable"
+    probe = folder / f".tinyspec-probe.{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as e:
+        return f"cannot create a file in {folder} ({e.strerror})"
     return None
 
 

@@ -28,9 +28,10 @@ def measure_batches(args, argv: list[str]) -> dict:
     """The speculation-versus-batching curve: every method at every batch size of --batch-sizes,
     each decoding the same --batch-prompts prompts `size` at a time. Per method and size: total
     tokens/s, mean latency per sequence, tau, and the speedup over `ar` at the same batch size."""
-    if args.prompts_per_category is None:  # enough of each category to take --batch-prompts in turn
-        args.prompts_per_category = -(-args.batch_prompts // len(args.categories.split(",")))
-    runner, specs, temperatures, by_category = prepare(args)
+    if args.batch_prompts < 1:
+        die(f"--batch-prompts must be at least 1, got {args.batch_prompts}")
+    # without --prompts-per-category: enough of each category to take --batch-prompts in turn
+    runner, specs, temperatures, by_category = prepare(args, -(-args.batch_prompts // len(args.categories.split(","))))
     sizes, prompts = parse_batch_sizes(args.batch_sizes), interleaved(by_category, args.batch_prompts)
     for spec in specs:  # warm-up (a policy of medusa:auto measures its forward costs here, once)
         runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)

@@ -216,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
                     f"T=0, else lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
     ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
-    ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category "
-                    f"(default: {FULL['prompts_per_category']})")
+    ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category; more than a "
+                    f"category has is refused (default: {FULL['prompts_per_category']}, or as many as a category has)")
     ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
     ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods prompt by prompt; the median is "
                     f"reported (default: {FULL['repeats']})")
@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
     ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
-                    "(speed/sizing.py) instead of reading the cached measurement")
+                    "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
+                    "~/.cache/tinyspec/sizing)")
     ap.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
                     "proposing, the rule, cache work and the rest (speed/ledger.py; on CUDA it slows the pass)")
     ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
@@ -255,9 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def prepare(args):
+def prepare(args, per_category: int | None = None):
     """What every benchmark needs from the parsed `args`: checked settings, the prompts by category,
-    the models, and a Runner; returns (runner, specs, temperatures, prompts by category)."""
+    the models, and a Runner; returns (runner, specs, temperatures, prompts by category).
+    per_category: how many prompts of each category to take, at most, when --prompts-per-category
+    is not given (else --quick's or the full run's number); a number given is refused when a
+    category has fewer."""
+    given = args.prompts_per_category is not None
+    if not given and per_category:
+        args.prompts_per_category = per_category
     for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -277,8 +284,9 @@ def prepare(args):
     unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
     if unknown:
         die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
-    if args.repeats < 1 or args.prompts_per_category < 1 or args.max_new_tokens < 1:
-        die("--repeats, --prompts-per-category and --max-new-tokens must be at least 1")
+    for name in ("repeats", "prompts_per_category", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            die(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     categories = args.categories.split(",")
     if not set(categories) <= set(CATEGORIES):
         die(f"--categories must be among {', '.join(CATEGORIES)}")
@@ -289,6 +297,10 @@ def prepare(args):
         die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
     rows = read_prompt_rows(Path(args.prompts))
     enc = load_encoding(args.tokenizer)
+    counts = {c: sum(r["category"] == c for r in rows) for c in categories}
+    if given and 0 < min(counts.values()) < args.prompts_per_category:  # not a smaller run than asked for, in silence
+        die(f"--prompts-per-category {args.prompts_per_category}: {args.prompts} has "
+            f"{', '.join(f'{n} {c}' for c, n in counts.items())} prompts; ask for {max(1, min(counts.values()))} or fewer")
     prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
                for c in categories}
     target = load_model(args.model, device, dtype)

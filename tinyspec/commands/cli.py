@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def run_main(main) -> None:
     """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
     status 130 and a closed pipe (`... | head -1`) ends it quietly with status 0, never a traceback."""
     try:
+        # Python's own Ctrl-C again (a KeyboardInterrupt that decoding catches to return what it has),
+        # in place of the one that covered the imports (tinyspec/__init__.py)
+        if getattr(signal.getsignal(signal.SIGINT), "__module__", None) == "tinyspec":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         main()
         sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
     except KeyboardInterrupt:
@@ -89,7 +94,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text and action.option_strings:
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS  # 0 is a default
+        if not unset and "default" not in text and action.option_strings:
             text += " (default: %(default)s)"
         return text
 

@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import ArgumentParser, check_output, die, run_main
+from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, run_main
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
 HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "tests", "weights"]
@@ -59,6 +59,7 @@ CHAPTERS = {
                         ("tests/test_sampling.py::test_matches_huggingface_warpers",
                          "tests/test_sampling.py::test_greedy_is_one_hot_at_argmax",
                          "tests/test_sampling.py::test_top_p_keeps_smallest_set_reaching_mass",
+                         "tests/test_sampling.py::test_top_p_keeps_the_set_whose_mass_is_exactly_p_and_no_more",
                          "tests/test_sampling.py::test_seeded_sampling_is_reproducible_and_follows_p",
                          "tests/test_sampling.py::test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token")),
     "speculative": Chapter("5 Speculative sampling", ("speculative.py:accept_or_resample",),
@@ -207,13 +208,22 @@ def grade(directory: Path, chapters: list[str], show=None) -> dict[str, tuple[in
 
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec course", description=__doc__.split("\n\n")[0],
-                        epilog="example: python -m tinyspec course handout /tmp/hw --chapters sampling,kvcache")
+                        formatter_class=HelpFormatter, epilog=examples(*[
+                            line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     sub = ap.add_subparsers(dest="verb", required=True)
-    sub.add_parser("list", help="the chapters that can be handed out, their functions and tests")
-    h = sub.add_parser("handout", help="copy the project with the chapters' functions replaced by stubs")
+    sub.add_parser("list", help="the chapters that can be handed out, their functions and tests",
+                   formatter_class=HelpFormatter, epilog=examples(
+                       "python -m tinyspec course list                  # every chapter: its functions, its tests"))
+    h = sub.add_parser("handout", help="copy the project with the chapters' functions replaced by stubs",
+                       formatter_class=HelpFormatter, epilog=examples(
+                           "python -m tinyspec course handout /tmp/hw --chapters sampling,kvcache",
+                           "python -m tinyspec course handout /tmp/all          # every chapter"))
     h.add_argument("out_dir", help="a new (or empty) directory for the student's copy")
     h.add_argument("--chapters", default=",".join(CHAPTERS), help="comma-separated (default: all)")
-    g = sub.add_parser("grade", help="run the graded tests against a student's copy; exit 1 unless all pass")
+    g = sub.add_parser("grade", help="run the graded tests against a student's copy; exit 1 unless all pass",
+                       formatter_class=HelpFormatter, epilog=examples(
+                           "python -m tinyspec course grade /tmp/hw                     # the chapters handed out",
+                           "python -m tinyspec course grade /tmp/hw --chapters sampling # one chapter"))
     g.add_argument("directory", help="the student's copy (made by handout)")
     g.add_argument("--chapters", help="comma-separated (default: the chapters the handout gave out)")
     return ap

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, die, examples, run_main
-from ..files import atomic_write_json, atomic_write_text
+from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, examples, run_main
+from ..files import atomic_write_json, atomic_write_text, home
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -94,14 +94,29 @@ HELD_OUT_PACKAGES = {"more-itertools": ("10.5.0", "MIT"), "toolz": ("1.0.0", "BS
                      "boltons": ("24.1.0", "BSD-3-Clause"), "packaging": ("24.2", "Apache-2.0 OR BSD-2-Clause")}
 
 
+def data_home() -> Path:
+    """Where the corpus is kept unless --data-dir says otherwise: $TINYSPEC_HOME/data (`files.home`),
+    the same folder whatever directory a command runs from."""
+    return home() / "data"
+
+
 def download(wheels: Path, packages: dict | None = None) -> dict[str, Path]:
     """Each pinned package's wheel, downloaded once into `wheels` by pip (no dependencies: the
-    package's own source is all we read); name -> wheel file. A package pip cannot fetch (no
-    network, no index) is left out with one line saying so; the standard library needs nothing."""
+    package's own source is all we read); name -> wheel file. What is missing is named in one line
+    before pip starts, and each download is counted on stderr (twenty take a minute or two). A
+    package pip cannot fetch (no network, no index) is left out with one line saying so; the
+    standard library needs nothing."""
+    packages = PACKAGES if packages is None else packages
+    missing = [f"{name}=={version}" for name, (version, _) in packages.items() if wheel_of(wheels, name, version) is None]
+    if missing:
+        print(f"pip downloads the wheels of {len(missing)} pinned package(s) into {wheels}, once: "
+              f"{', '.join(missing)}", file=sys.stderr)
     found = {}
-    for name, (version, _) in (PACKAGES if packages is None else packages).items():
+    for name, (version, _) in packages.items():
         have = wheel_of(wheels, name, version)
         if have is None:
+            print(f"  [{missing.index(f'{name}=={version}') + 1}/{len(missing)}] {name}=={version}", file=sys.stderr,
+                  flush=True)
             errors = pip_download(f"{name}=={version}", wheels)
             have = wheel_of(wheels, name, version)
             if have is None:
@@ -326,7 +341,8 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("what", nargs="?", choices=["corpus", "prompts", "third-party-prompts"], default="corpus",
                     help="what to build: the corpus, the standard library's benchmark prompts, or prompts of held-out "
                     "third-party packages (HELD_OUT_PACKAGES, downloaded with pip)")
-    ap.add_argument("--data-dir", default="data", help="where the wheels and token files are kept")
+    ap.add_argument("--data-dir", default=str(data_home()), help="where the wheels and token files are kept "
+                    "(set TINYSPEC_HOME to move tinyspec's folder)")
     ap.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"),
                     help="tiktoken ranks file the tokens are made with")
     ap.add_argument("--stdlib-only", action="store_true", help="leave the packages out (nothing is downloaded)")
@@ -335,6 +351,8 @@ def build_parser() -> ArgumentParser:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    if args.what != "prompts":  # the wheels and token files go there: tried before any download
+        check_output(args.data_dir, "--data-dir", directory=True)
     if args.what == "third-party-prompts":
         out = Path(__file__).resolve().parent.parent / "prompts_third_party.jsonl"
         counts = write_third_party_prompts(out, Path(args.data_dir) / "wheels")

@@ -60,7 +60,8 @@ def build_parser():
             action.help = argparse.SUPPRESS
         elif action.dest in ("methods", "max_new_tokens", "prompts_per_category"):  # this command's own defaults
             action.help = re.sub(r"\(default: [^)]*\)$", f"(default: {ap.get_default(action.dest)})", action.help)
-    ap.add_argument("--data-dir", default="data", help="where the corpus's token files are (python -m tinyspec data)")
+    ap.add_argument("--data-dir", default=str(data.data_home()), help="where the corpus's token files are kept "
+                    "(python -m tinyspec data; made here when missing)")
     ap.add_argument("--stdlib-only", action="store_true", help="validation loss on the standard library alone "
                     "(nothing is downloaded)")
     return ap
@@ -71,6 +72,7 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.save:
         check_output(args.save, "--save")
+    check_output(args.data_dir, "--data-dir", directory=True)
     runner, specs, _, prompts = prepare(args)
     target, device = runner.target, runner.device
     corpus = data.prepare(load_encoding(args.tokenizer), Path(args.tokenizer), Path(args.data_dir),

@@ -25,7 +25,9 @@
   `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs);
   `tests/test_docs.py` checks each cell against FILE independently.
 
-matplotlib is needed (`pip install -e ".[plot]"`). Figures go to --out (docs/figures).
+matplotlib is needed (`pip install -e ".[plot]"`). Figures go to --out: by default a folder in
+tinyspec's own (`files.home`), never into the checkout unless asked (`--out docs/figures` redraws the
+book's).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from pathlib import Path
 
 import torch
 
-from .cli import DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples, load_model, pick_device, run_main, set_threads
-from ..files import atomic_write_json
+from .cli import (DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples,
+                  load_model, pick_device, run_main, set_threads, shown)
+from ..files import atomic_path, atomic_write_json, home
 from ..kvcache import KVCache
 from .plots import write_plots
 from ..methods.draft import best_k, expected_speedup, expected_tokens
@@ -61,7 +64,8 @@ def pyplot():
 
 def save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:  # a figure appears whole or not at all
+        fig.savefig(tmp, dpi=120, format="png")
     pyplot().close(fig)
     return path
 
@@ -341,13 +345,28 @@ def fill_tables(text: str, root: Path = ROOT) -> str:
     return BENCH_TABLE.sub(refill, text)
 
 
+def bench_rows(path: str) -> list[dict]:
+    """The rows of a saved benchmark report (`bench --save`), or one line naming what is wrong."""
+    try:
+        rows = json.loads(Path(path).read_text())["rows"]
+    except FileNotFoundError:
+        die(f"--report {path}: no such file; give a report saved by python -m tinyspec bench --save FILE")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        die(f"--report {path} is not a saved benchmark report ({type(e).__name__}: {e}); give the JSON that "
+            "python -m tinyspec bench --save FILE wrote")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        die(f"--report {path}: its rows are not a list of objects; give the JSON that python -m tinyspec bench --save wrote")
+    return rows
+
+
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec figures", description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     ap.add_argument("figures", nargs="*", default=["residual", "speedup"], help=f"any of {', '.join(FIGURES)} "
                     "(default: the two that need no measurement)")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "figures"), help="directory for the PNG files")
+    ap.add_argument("--out", default=str(home() / "figures"), help="directory for the PNG files (default: "
+                    "$TINYSPEC_HOME/figures, now %(default)s; the book's are in docs/figures)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="cost: the target whose forwards are timed")
     ap.add_argument("--device", default="cpu", help="cost: cpu, cuda, cuda:N")
     ap.add_argument("--threads", type=int, help="cost: CPU threads for torch (default: 1, as decoding)")
@@ -362,13 +381,16 @@ def main(argv=None) -> None:
     unknown = set(args.figures) - set(FIGURES)
     if unknown:
         die(f"unknown figure {', '.join(sorted(unknown))}: choose from {', '.join(FIGURES)}")
-    if set(args.figures) & {"residual", "speedup", "cost", "bench"}:
+    drawn = set(args.figures) & {"residual", "speedup", "cost", "bench"}  # the rest print, or refill the docs
+    if drawn:
         try:
             pyplot()
         except ImportError:
             die("these figures need matplotlib: pip install -e '.[plot]'")
     out = check_output(args.out, "--out", directory=True)
-    out.mkdir(parents=True, exist_ok=True)
+    rows = bench_rows(args.report) if "bench" in args.figures else None  # a bad report is refused before any work
+    if drawn:
+        out.mkdir(parents=True, exist_ok=True)
     written = []
     if "residual" in args.figures:
         written.append(residual_figure(out))
@@ -381,12 +403,11 @@ def main(argv=None) -> None:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({threads} thread{'s' * (threads > 1)})"
         report = {"device": name, "dtype": "float32", "torch": torch.__version__, "context": 128,
                   "model": Path(args.model).name, "command": "python -m tinyspec figures cost"
-                  + (f" --threads {args.threads}" if args.threads else ""),
+                  + (f" --threads {args.threads}" if args.threads else "") + f" --out {shown(out)}",
                   "rows": measure_forward_cost(model, device)}
         atomic_write_json(out / "forward_cost.json", report)
         written += [out / "forward_cost.json", cost_figure(out, report)]
     if "bench" in args.figures:
-        rows = json.loads(Path(args.report).read_text())["rows"]
         written += write_plots(rows, out) + [by_method_figure(rows, out)]
     if "eagle-tree" in args.figures:
         eagle_tree(args.model, args.eagle, args.tokenizer)

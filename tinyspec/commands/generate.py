@@ -12,8 +12,8 @@
 Every method runs through the one loop of `decoding.py`, for any number of rows (--batch-size);
 each method is a proposer in a file of its own under `methods/`, with the acceptance rules in
 `verify.py`. A method runs at its default size, or at --size; `--size auto` sizes it for this
-device on first use (`speed/sizing.py`, seconds, then cached) and chooses its size, or a plain
-step, step by step (`speed/policy.py`). This file reads prompts and flags, loads the models
+device on first use (`speed/sizing.py`, seconds, then cached in $TINYSPEC_HOME/sizing) and
+chooses its size, or a plain step, step by step (`speed/policy.py`). This file reads prompts and flags, loads the models
 (`cli.py`), and streams text or prints JSON.
 """
 
@@ -126,10 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                     help="when --show colours: auto = only on a terminal and without NO_COLOR set")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more) "
-                    "(default: 0)")
+                    "(default: 0, greedy)")
     ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
-    ap.add_argument("--top-p", type=float, help="nucleus sampling: the most likely tokens holding this much mass "
-                    "(default: 1, all tokens)")
+    ap.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this much "
+                    "mass (default: all tokens, as 1.0 would)")
     ap.add_argument("--seed", type=int, default=0, help=SEED_HELP + " (default: 0)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "CUDA graph (plain decoding, or a method at one fixed tree: medusa): no Python or launch overhead")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     ap.add_argument("--remeasure", action="store_true", help="with --size auto: measure the sizes again "
-                    "(speed/sizing.py) instead of reading the cached measurement")
+                    "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
+                    "~/.cache/tinyspec/sizing)")
     ap.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
                     "proposing, the acceptance rule, cache work and the rest (speed/ledger.py; stats ledger_s); "
                     "slows CUDA")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..files import atomic_path
+
 
 def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
     """speedup_vs_k.png, tau_vs_temperature.png, predicted_vs_measured.png and (rows measured with
@@ -23,7 +25,8 @@ def write_plots(rows: list[dict], directory: str | Path) -> list[Path]:
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
+        with atomic_path(out / name) as tmp:  # a figure appears whole or not at all
+            fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
         written.append(out / name)
 
@@ -115,7 +118,8 @@ def write_batch_plots(rows: list[dict], directory: str | Path) -> list[Path]:
         ax.set(xlabel="batch size (rows per forward)", ylabel=label, title="Speculation vs batching")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
+        with atomic_path(out / name) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
         written.append(out / name)
     return written

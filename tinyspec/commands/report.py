@@ -23,6 +23,7 @@ then mean nothing and the report says so.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def kernels(device: torch.device, quick: bool) -> dict:
 
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return {"skipped": "no CUDA device, and TRITON_INTERPRET=1 is not set for the interpreter"}
+    if importlib.util.find_spec("triton") is None:  # a CPU install without the triton extra
+        return {"skipped": "triton is not installed: pip install -e '.[triton]'"}
     if quick or device.type != "cuda":
         rows, peak = kernel_rows(device, torch.float32 if device.type != "cuda" else torch.bfloat16, [128], [16],
                                  H=2, D=16, flex=device.type == "cuda")

@@ -1,4 +1,5 @@
-"""Training: `python -m tinyspec train tokenizer|gpt|medusa ...`.
+"""Training: `python -m tinyspec train tokenizer|gpt|medusa|eagle ...`: a BPE tokenizer, a GPT (a target, or
+a draft distilled from one), Medusa heads or an EAGLE draft head.
 
     python -m tinyspec train tokenizer                 # BPE merges -> runs/tokenizer/tokenizer.tiktoken
     python -m tinyspec train gpt --preset tiny --steps 50 --run-dir runs/tiny
@@ -101,6 +102,7 @@ def train_gpt(args) -> None:
     enc = load_tokenizer(args.tokenizer)
     run_dir = check_output(args.run_dir or f"runs/{args.preset}", "--run-dir", directory=True)
     out = check_destination(args.out or run_dir / "final.safetensors", args.force)
+    check_output(args.data_dir, "--data-dir", directory=True)
     check_texts(args.text)
     overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
     config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
@@ -109,7 +111,10 @@ def train_gpt(args) -> None:
     if config.n_ctx > MAX_N_CTX:
         die(f"--n-ctx {config.n_ctx} is more than {MAX_N_CTX}: attention over n_ctx positions costs n_ctx^2 per layer "
             "and the learned position table has n_ctx rows, so this would not train on one machine; use a smaller one")
-    args.block_size = min(args.block_size or config.n_ctx, config.n_ctx)
+    if args.block_size and args.block_size > config.n_ctx:  # a window past the position table cannot train
+        die(f"--block-size {args.block_size} is more than the model's context ({config.n_ctx}): use "
+            f"--block-size {config.n_ctx} or less, or a larger --n-ctx")
+    args.block_size = args.block_size or config.n_ctx
     torch.manual_seed(args.seed)
     model = GPT(config).to(device)
     if args.init_from and not args.resume:  # go on from a trained checkpoint, with a fresh schedule
@@ -283,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--text", action="append", help="extra training text file (repeatable)")
     g.add_argument("--distill-from", help="train on this teacher model's next-token distributions instead of "
                    "the corpus tokens (a draft distilled from the target)")
-    g.add_argument("--data-dir", default="data", help="where token files are cached")
+    g.add_argument("--data-dir", default=str(data.data_home()), help="where token files are cached "
+                   "(set TINYSPEC_HOME to move tinyspec's folder)")
     g.add_argument("--stdlib-only", action="store_true", help="train on the standard library alone (otherwise the "
                    "pinned packages' sources are downloaded once into --data-dir and added: python -m tinyspec data)")
     g.add_argument("--init-from", help="start from these weights (same preset and tokenizer) instead of random ones, "
@@ -342,7 +348,8 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
     p.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
     p.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
     p.add_argument("--text", action="append", help=argparse.SUPPRESS)
-    p.add_argument("--data-dir", default="data", help="where token files are cached")
+    p.add_argument("--data-dir", default=str(data.data_home()), help="where token files are cached "
+                   "(set TINYSPEC_HOME to move tinyspec's folder)")
     p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
                    "the corpus with the pinned packages, downloaded once into --data-dir)")
     p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
@@ -354,10 +361,15 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
-    for name in ("steps", "batch_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences", "gen_len", "prompt_len",
-                 "checkpoint_every"):
+    for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences",
+                 "gen_len", "prompt_len", "gen_batch", "window", "checkpoint_every"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
-            die(f"--{name.replace('_', '-')} must be at least 1")
+            die(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if getattr(args, "warmup", 0) < 0:
+        die(f"--warmup must be 0 or more steps, got {args.warmup}")
+    for name in ("max_minutes", "lr"):  # None: not given (no time limit)
+        if getattr(args, name, None) is not None and not getattr(args, name) > 0:
+            die(f"--{name.replace('_', '-')} must be more than 0, got {getattr(args, name)}")
     try:
         {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa, "eagle": train_eagle}[args.what](args)
     except (FileNotFoundError, ValueError) as e:

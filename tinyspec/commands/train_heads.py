@@ -56,6 +56,7 @@ def frozen_target(args):
     set_threads(args.threads, device, default=None)
     check_destination(args.out, args.force)
     check_output(args.run_dir, "--run-dir", directory=True)
+    check_output(args.data_dir, "--data-dir", directory=True)
     enc = load_tokenizer(args.tokenizer)
     if not Path(args.target).is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec train gpt)")

@@ -46,6 +46,7 @@ from typing import Callable
 import torch
 
 from ..decoding import PLAIN, Proposer, Steps
+from ..files import SIZING as DIRECTORY  # where measurements are kept: $TINYSPEC_HOME/sizing (files.home)
 from ..files import atomic_write_json
 from ..decoding import Decoder
 from ..model import DraftVocab
@@ -54,7 +55,6 @@ from .policy import MARGIN, Policy
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 1, 32  # sizing prompts per category, tokens decoded from each
-DIRECTORY = Path("runs/sizing")  # where measurements are kept
 VERSION = 4  # of the measurement: a cached file of another version is measured again
 
 
