@@ -5,7 +5,6 @@ rows equal their batch-1 run with the same generator, and have the target's dist
 plain decoding builds."""
 import json
 import random
-import time
 
 import pytest
 import torch
@@ -377,7 +376,7 @@ def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatc
     assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))
 
 
-# ---- --method auto: speculate or not, per step ------------------------------------------------
+# ---- Medusa at --size auto in a batch: speculate or not, per step ------------------------------
 
 def accuracy_heads(seed=1):
     heads = random_heads(32, 3, seed=seed)
@@ -502,16 +501,17 @@ def generated(argv, capsys) -> list[list[int]]:
 def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperature):
     """generate --batch-size B: every prompt's tokens are its batch-1 tokens (sampled too: each row
     has its own generator, seeded as the prompt alone would be), for B that divides the five
-    prompts and B that does not. Methods of a fixed size: a sized method's policy chooses from
-    what all rows accept, so its sampled draws (not their distribution) depend on the batch; its
-    greedy rows are plain decoding's whatever it chooses."""
+    prompts and B that does not, every method at its default size and at another. At --size auto
+    the policy chooses from what all rows accept, so its sampled draws (not their distribution)
+    depend on the batch; its greedy rows are plain decoding's whatever it chooses."""
     base = ["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "12", "--model",
             str(files / "target.safetensors"), "--json", "--temperature", temperature]
     plain = generated(base, capsys)
-    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--k", "3"],
-                  ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"],
-                  ["--method", "lookup", "--k", "4"], ["--method", "lookahead", "--guesses", "2"],
-                  ["--method", "eagle", "--eagle", str(files / "eagle.safetensors"), "--tree-nodes", "8"]):
+    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--size", "3"],
+                  ["--method", "draft", "--draft", str(files / "draft.safetensors")],
+                  ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--size", "8"],
+                  ["--method", "lookup", "--size", "4"], ["--method", "lookahead"],
+                  ["--method", "eagle", "--eagle", str(files / "eagle.safetensors"), "--size", "2,3,8"]):
         alone = generated(base + flags, capsys)
         if temperature == "0":
             assert alone == plain
@@ -519,10 +519,9 @@ def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperat
             assert generated(base + flags + ["--batch-size", size], capsys) == alone, f"{flags}, batch {size}"
     if temperature == "0":  # sized for the machine: whatever the policy chooses, plain decoding's tokens
         for flags in (["--method", "draft", "--draft", str(files / "draft.safetensors")], ["--method", "lookup"]):
-            assert generated(base + flags + ["--batch-size", "2"], capsys) == plain, flags
-    if temperature == "0":
-        auto = generated(base + ["--method", "auto", "--heads", str(files / "heads.safetensors"), "--batch-size", "3"],
-                         capsys)
+            assert generated(base + flags + ["--size", "auto", "--batch-size", "2"], capsys) == plain, flags
+        auto = generated(base + ["--method", "medusa", "--size", "auto", "--heads", str(files / "heads.safetensors"),
+                                 "--batch-size", "3"], capsys)  # Medusa's batch policy (speed/auto.py)
         assert auto == plain
 
 
@@ -538,7 +537,7 @@ def test_cli_batch_prints_each_text_and_the_batch_rate(files, capsys):
     (["--batch-size", "0"], "--batch-size"),
     (["--batch-size", "2", "--cuda-graph"], "batch size 1"),
     (["--batch-size", "2", "--attn", "triton"], "--attn torch"),
-    (["--method", "auto", "--heads", "{d}/none.safetensors"], "not found")])
+    (["--method", "medusa", "--size", "auto", "--batch-size", "2", "--heads", "{d}/none.safetensors"], "not found")])
 def test_cli_refuses_bad_batch_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
     with pytest.raises(SystemExit) as e:
@@ -547,23 +546,24 @@ def test_cli_refuses_bad_batch_settings(files, argv, message, capsys):
 
 
 def test_bench_batch_curve_reports_every_method_at_every_size(files, capsys):
-    bench.main(["--batch-sizes", "1,2,4", "--methods", "ar,medusa:4,lookup:4,auto", "--batch-prompts", "4",
+    bench.main(["--batch-sizes", "1,2,4", "--methods", "ar,medusa:4,lookup:4,medusa:auto", "--batch-prompts", "4",
                 "--max-new-tokens", "8", "--repeats", "1", "--temperatures", "0", "--json", "--no-hf",
                 "--model", str(files / "target.safetensors"), "--heads", str(files / "heads.safetensors")])
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
-    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ar", "medusa:4", "lookup:4", "auto")
+    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ar", "medusa:4", "lookup:4", "medusa:auto")
                                                                for b in (1, 2, 4)}
+    assert report["forward_ms"] and report["heads_ms"]  # what Medusa's batch policy measured
     for r in rows:
         assert r["same_as_ar"] == r["prompts"] == 4 and r["new_tokens"] == 32 and r["latency_s"] > 0
         assert r["tokens_per_s"] > 0 and (r["method"] != "ar" or r["speedup"] == 1)
     assert report["batch_sizes"] == [1, 2, 4]
 
 
-def test_bench_refuses_auto_without_batch_sizes(files, capsys):
+def test_the_old_auto_method_is_refused_with_its_new_name(files, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--methods", "ar,auto", "--model", str(files / "target.safetensors")])
-    assert e.value.code == 2 and "--batch-sizes" in capsys.readouterr().err
+    assert e.value.code == 2 and "auto: sized for this device" in capsys.readouterr().err
 
 
 def test_draft_rows_whose_prompt_fills_the_context_end_as_at_batch_one(counting_gpt):

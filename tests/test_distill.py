@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from tinyspec import train
-from tinyspec.distill import head_accuracy, medusa_loss, self_distill, train_heads
-from tinyspec.medusa import MedusaHeads
+from tinyspec.commands import train
+from tinyspec.commands.distill import head_accuracy, medusa_loss, self_distill, train_heads
+from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import CountingCorpus, random_gpt
 

@@ -381,18 +381,18 @@ def test_cli_eagle_equals_ar(files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for extra in ([], ["--tree", str(files / "small.json")], ["--eagle-topk", "2", "--eagle-depth", "3", "--tree-nodes", "5"]):
+    for extra in ([], ["--tree", str(files / "small.json")], ["--size", "2,3,5"], ["--size", "auto"]):
         generate.main(base + ["--method", "eagle", "--eagle", str(files / "eagle.safetensors")] + extra)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"], extra
-        assert "tau" in out["stats"] if extra else "sized" in out["stats"]  # no size given: sized for the machine
+        assert "sized" in out["stats"] if extra[1:] == ["auto"] else out["stats"]["proposed_tokens"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--eagle", "{d}/none.safetensors"], "not found"),
     (["--eagle", "{d}/other.safetensors"], "different target"),
     (["--eagle", "{d}/target.safetensors"], "not an EAGLE head"),
-    (["--eagle-topk", "0"], "eagle-topk"),
+    (["--size", "0,2,4"], "TOPK and DEPTH in 1..16"), (["--size", "16"], "TOPK,DEPTH,NODES"),
     (["--accept", "block"], "not a tree")])
 def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
@@ -401,7 +401,8 @@ def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
 
 
 def test_bench_names_eagle_rows():
-    assert specs.parse_method("eagle:32") == ("eagle", "32")
+    assert specs.parse_method("eagle:2,8,32") == ("eagle", "2,8,32", None)
+    assert specs.parse_method("eagle:auto@pointmass") == ("eagle", "auto", "pointmass")
     with pytest.raises(SystemExit):
         specs.parse_method("eagle:x")
 

@@ -190,12 +190,13 @@ def test_sampled_lookahead_has_the_target_distribution_and_a_planted_bug_is_caug
 
 def test_cli_lookahead_equals_ar(model_file, capsys):
     check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookahead",
-                        [[], ["--window", "2", "--ngram", "4", "--guesses", "2"]])
+                        [[], ["--size", "2,4,2"], ["--size", "auto"]])
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--window", "0"], "--window"), (["--ngram", "1"], "--ngram"), (["--guesses", "33"], "--guesses"),
-    (["--window", "32", "--ngram", "3", "--guesses", "32"], "does not fit"), (["--accept", "lossless"], "pointmass")])
+    (["--size", "0,3,2"], "W must be in 1..32"), (["--size", "3,1,2"], "N must be in 2..8"),
+    (["--size", "3,3,33"], "G must be in 1..32"), (["--size", "32,3,32"], "does not fit"),
+    (["--accept", "lossless", "--temperature", "1"], "pointmass")])
 def test_cli_refuses_bad_lookahead_settings(model_file, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         generate.main(["--prompt", "x", "--model", str(model_file), "--method", "lookahead"] + argv)

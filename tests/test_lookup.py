@@ -174,7 +174,7 @@ def model_file(tmp_path_factory):
 
 def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
     """`generate --json` with --method `method` and each set of flags writes ar's tokens, and proposes
-    (no flags: sized for the machine)."""
+    (--size auto: sized for the machine, and it may not)."""
     base = ["--prompt", prompt, "--max-new-tokens", "24", "--model", str(model_file), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
@@ -182,19 +182,20 @@ def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
         generate.main(base + ["--method", method] + flags)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"]
-        if flags:  # with a size given it proposes; without, it is sized for the machine (and may not)
+        if flags[-1:] != ["auto"]:  # at its default size or a given one it proposes
             assert out["stats"]["proposed_tokens"] > 0 and "tau" in out["stats"]
         else:
             assert "sized" in out["stats"]
 
 
 def test_cli_lookup_equals_ar(model_file, capsys):
-    flag_sets = [["--k", "3"], ["--k", "8", "--max-ngram", "1"]]
+    flag_sets = [[], ["--size", "3"], ["--size", "8", "--max-ngram", "1"], ["--size", "auto"]]
     check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookup", flag_sets)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--k", "0"], "--k"), (["--k", "17"], "--k"), (["--max-ngram", "0"], "--max-ngram"),
+    (["--size", "0"], "integer in 1..16"), (["--size", "17"], "integer in 1..16"),
+    (["--max-ngram", "0"], "--max-ngram must be in 1..8"),
     (["--accept", "lossless"], "pointmass"), (["--accept", "block"], "pointmass"), (["--cuda-graph"], "--cuda-graph")])
 def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -203,9 +204,10 @@ def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
 
 
 def test_bench_method_specs():
-    assert specs.parse_method("lookup:4") == ("lookup", "4")
-    assert specs.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
-    assert specs.parse_method("lookup") == ("lookup", "")  # sized for the device (sizing.py)
-    for bad in ("lookup:auto", "lookup:0", "lookup:x", "lookahead:7,4", "lookahead:7,1,7", "lookahead:0,3,2"):
+    assert specs.parse_method("lookup:4") == ("lookup", "4", None)
+    assert specs.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7", None)
+    assert specs.parse_method("lookup") == ("lookup", "", None)  # its default size
+    assert specs.parse_method("lookup:auto@pointmass") == ("lookup", "auto", "pointmass")  # sized for the device
+    for bad in ("lookup:x", "ar:4", "lookup@nope", "lookup@lossless", "teleport"):
         with pytest.raises(SystemExit):
             specs.parse_method(bad)

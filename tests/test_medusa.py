@@ -132,11 +132,11 @@ def test_cli_medusa_equals_ar(files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for tree in (["--tree", "default"], ["--tree-nodes", "8"], ["--tree", str(files / "small.json")]):
+    for tree in ([], ["--size", "8"], ["--tree", str(files / "small.json")], ["--size", "auto"]):
         generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors")] + tree)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"]
-        assert "sized" in out["stats"] if tree[1] == "default" else "tau" in out["stats"]  # default: sized for the machine
+        assert "sized" in out["stats"] if tree[1:] == ["auto"] else out["stats"]["proposed_tokens"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -144,7 +144,7 @@ def test_cli_medusa_equals_ar(files, capsys):
     (["--heads", "{d}/other_heads.safetensors"], "different target"),
     (["--tree", "{d}/deep.json"], "only 3 heads"),
     (["--tree", "{d}/none.json"], "cannot read tree"),
-    (["--tree-nodes", "0"], "tree-nodes")])
+    (["--size", "0"], "1..127"), (["--size", "2,3"], "1..127")])
 def test_cli_refuses_bad_medusa_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
     assert message in refused(generate.main, ["--prompt", "x", "--model", str(files / "target.safetensors"), "--method",
@@ -155,7 +155,7 @@ def test_cli_triton_attention_gives_the_same_tokens(files, capsys):
     """The Triton tree-attention kernel (interpreted on a CPU) against the PyTorch reference path."""
     pytest.importorskip("triton")
     base = ["--prompt", "def f(x):", "--max-new-tokens", "12", "--model", str(files / "target.safetensors"), "--json",
-            "--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"]
+            "--method", "medusa", "--heads", str(files / "heads.safetensors"), "--size", "8"]
     generate.main(base + ["--attn", "torch"])
     reference = json.loads(capsys.readouterr().out)
     generate.main(base + ["--attn", "triton"])

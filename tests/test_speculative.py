@@ -89,20 +89,36 @@ def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature
     assert_cache_holds(drafts["close"], proposer.caches[0], seq)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_drafts_cache_is_made_once_and_reused_prompt_after_prompt(models, temperature):
+    """At batch 1 both caches are made once and every prompt reuses them (longest prompt first, so
+    stale entries sit beyond the shorter ones): the tokens are those of a decoder made afresh."""
+    target, drafts = models
+    proposer = DraftModel(target, drafts["close"])
+    d = Decoder(target, proposer, "4")
+    tokens = lambda d, p: run(d.steps(p, Sampling(temperature), torch.Generator().manual_seed(3)), 30).token_ids
+    tokens(d, list(range(40)))
+    cache = proposer.caches[0]
+    for prompt in ([5, 17, 3], [9] * 12):
+        assert tokens(d, prompt) == tokens(Decoder(target, DraftModel(target, drafts["close"]), "4"), prompt)
+        assert proposer.caches[0] is cache
+
+
 # ---- sampling: exactness, statistically ------------------------------------------------------
 
-V = 8  # tiny vocabulary: all V^2 two-token continuations can be enumerated
+V = 8  # tiny vocabulary: all V^3 three-token continuations can be enumerated
 PROMPT = [0, 1]
 
 
 @torch.no_grad()
-def exact_two_token_distribution(target, sampling):
-    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1), enumerated with the target."""
-    p1 = sampling.probs(target(torch.tensor([PROMPT]))[0][0, -1])
-    table = torch.zeros(V, V)
-    for x1 in range(V):
-        table[x1] = p1[x1] * sampling.probs(target(torch.tensor([PROMPT + [x1]]))[0][0, -1])
-    return table.flatten()
+def exact_distribution(target, sampling, n=3):
+    """P(x1 .. xn | prompt) = p(x1 | prompt) p(x2 | prompt, x1) ..., enumerated with the target."""
+    table = torch.ones(1)  # (V^i,): P(x1 .. xi | prompt), x1 the most significant digit of the index
+    for i in range(n):
+        texts = [[j // V ** (i - 1 - a) % V for a in range(i)] for j in range(V ** i)]
+        p = torch.stack([sampling.probs(target(torch.tensor([PROMPT + t]))[0][0, -1]) for t in texts])  # (V^i, V)
+        table = (table[:, None] * p).flatten()
+    return table
 
 
 def chi_square(counts, expected_probs):
@@ -125,29 +141,36 @@ def critical_value(dof, z=4.26):
 
 
 def speculative_samples(target, draft, sampling, k, n, rule=None):
-    counts = torch.zeros(V * V)
+    """Counts of the first three tokens over seeds 0..n-1: the prefill's (the target's own), then
+    the first speculative step's two."""
+    counts = torch.zeros(V ** 3)
     d = Decoder(target, DraftModel(target, draft), str(k), rule=rule)
     for seed in range(n):
-        out = run(d.steps(PROMPT, sampling, torch.Generator().manual_seed(seed)), 2).token_ids
-        counts[out[0] * V + out[1]] += 1
+        out = run(d.steps(PROMPT, sampling, torch.Generator().manual_seed(seed)), 3).token_ids
+        counts[(out[0] * V + out[1]) * V + out[2]] += 1
     return counts
 
 
 @pytest.fixture(scope="module")
 def tiny_vocab_models():
     target = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=1)
-    draft = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=2)  # a poor draft: many rejections
+    draft = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=3)  # a poor draft: many rejections
     return target, draft
 
 
+@torch.no_grad()
 def assert_target_distribution(target, draft, sampling, k, rule=None):
-    exact = exact_two_token_distribution(target, sampling)
+    exact = exact_distribution(target, sampling)
     counts = speculative_samples(target, draft, sampling, k, 6000, rule)
     stat, dof = chi_square(counts, exact)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: output is not the target's distribution"
-    q1 = sampling.probs(draft(torch.tensor([PROMPT]))[0][0, -1])
-    p1 = exact.view(V, V).sum(1)
-    assert (p1 - q1).abs().sum() / 2 > 0.2  # the draft really is far from the target: the test has teeth
+    # the draft really is far from the target where it first drafts (after the prefill's token): the test has teeth
+    p1 = exact.view(V, V * V).sum(1)
+    far = 0.0
+    for x1 in range(V):
+        p2, q2 = (sampling.probs(m(torch.tensor([PROMPT + [x1]]))[0][0, -1]) for m in (target, draft))
+        far += float(p1[x1]) * float((p2 - q2).abs().sum()) / 2
+    assert far > 0.2, far
 
 
 @pytest.mark.slow
@@ -246,21 +269,22 @@ def test_cli_draft_method_json_stats_and_equality_with_ar(model_files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "20", "--model", str(model_files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for k in ("3", "auto"):
-        generate.main(base + ["--method", "draft", "--k", k, "--draft", str(model_files / "draft.safetensors")])
+    for size in ([], ["--size", "3"], ["--size", "auto"]):
+        generate.main(base + ["--method", "draft", "--draft", str(model_files / "draft.safetensors")] + size)
         spec = json.loads(capsys.readouterr().out)
         assert spec["token_ids"] == ar["token_ids"]
         stats = spec["stats"]
-        if k == "auto":  # sized for this machine (sizing.py): it may find that no k pays, and take plain steps
-            assert stats["sized"]["file"].endswith(".json")
-            continue
-        assert {"proposed_tokens", "accepted_tokens", "acceptance_rate", "tau"} <= set(stats)
         assert stats["tau"] == pytest.approx(stats["new_tokens"] / stats["target_steps"], abs=1e-3)
+        if size[1:] == ["auto"]:  # sized for this machine (sizing.py): it may find that no k pays, and take plain steps
+            assert stats["sized"]["file"].endswith(".json") and stats["size"] == "auto"
+            continue
+        assert {"proposed_tokens", "accepted_tokens", "acceptance_rate", "acceptance_by_depth", "empty_steps"} <= set(stats)
+        assert stats["size"] == (size[1] if size else "4") and stats["steps_by_size"][stats["size"]] > 0
 
 
 def test_cli_show_colours_tokens(model_files, capsys):
     generate.main(["--prompt", "x = 1", "--max-new-tokens", "12", "--model", str(model_files / "target.safetensors"),
-                   "--method", "draft", "--k", "4", "--draft", str(model_files / "draft.safetensors"), "--show", "--color",
+                   "--method", "draft", "--size", "4", "--draft", str(model_files / "draft.safetensors"), "--show", "--color",
                    "always"])
     out, err = capsys.readouterr()
     assert "\033[32m" in out and "tau" in err and "colours" in err

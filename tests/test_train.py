@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from tinyspec import checkpoint, data, train
-from tinyspec.cli import WEIGHTS
+from tinyspec.commands import checkpoint, data, train
+from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
@@ -196,7 +196,7 @@ def test_every_training_job_has_examples_and_documented_flags():
     parser = train.build_parser()
     jobs = next(a for a in parser._actions if a.dest == "what").choices
     for name, sub in jobs.items():
-        assert "examples:" in sub.format_help() and f"python -m tinyspec.train {name}" in sub.format_help()
+        assert "examples:" in sub.format_help() and f"python -m tinyspec train {name}" in sub.format_help()
         undocumented = [a.dest for a in sub._actions if a.help is None]
         assert not undocumented, f"train {name}: {undocumented}"
 
@@ -276,7 +276,7 @@ def test_the_corpus_lives_in_tinyspecs_home_whatever_the_directory(tmp_path, mon
     temporary home), the default of every command that reads the corpus."""
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    from tinyspec import evaluate
+    from tinyspec.commands import evaluate
     want = str(tmp_path / "home" / "data")
     assert data.build_parser().parse_args([]).data_dir == want
     assert evaluate.build_parser().parse_args([]).data_dir == want

@@ -346,8 +346,9 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
     cache.reset(len(prompts))
     rows = [Row(i, list(p), g) for i, (p, g) in enumerate(zip(prompts, generators))]
     hidden = prefill(target, cache, rows, sampling)
-    with clock.part("propose"):
-        proposer.start(rows, hidden, slots)
+    if shapes:  # (a loop that never proposes never starts its proposer: plain decoding pays for nothing more)
+        with clock.part("propose"):
+            proposer.start(rows, hidden, slots)
     accept, sampled = proposer.rule(rule), rule in SAMPLED  # sampled: the rule needs nodes drawn from q
     done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
     while rows := leave(rows, done, (cache, *proposer.caches), n_ctx):
@@ -360,7 +361,7 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
         verified = verify(target, cache, rows, proposals, accept, sampling, size, forward, clock)  # 3-4
         for r, v in zip(rows, verified):
             r.text += v.step.tokens
-        if size is not None:  # 5. what the proposer keeps between steps
+        if shapes:  # 5. what the proposer keeps between steps (a plain step's tokens too: its index, its features)
             with clock.part("propose"):
                 proposer.update(rows, proposals, verified)
         if policy is not None:  # what every row that proposed accepted; the policy keeps its own clock

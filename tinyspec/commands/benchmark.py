@@ -197,7 +197,7 @@ def size_order(item) -> tuple:
     return tuple(int(x) if x.isdigit() else 0 for x in item[0].split(","))
 
 
-QUICK = dict(methods="ar,draft,medusa,eagle,lookup", temperatures="0", prompts_per_category=2, max_new_tokens=48,
+QUICK = dict(methods="ar,draft,medusa,lookup", temperatures="0", prompts_per_category=2, max_new_tokens=48,
              repeats=1)
 FULL = dict(methods="ar,draft,medusa,eagle,lookup,lookahead", temperatures="0,1", prompts_per_category=8,
             max_new_tokens=128, repeats=3)
@@ -307,9 +307,9 @@ def prepare(args, per_category: int | None = None):
     check_tokenizer(target, enc)
     use_attention(target, args.attn, device)
     proposers = {name: load_method(name, args, target, enc, device, dtype) for name in dict.fromkeys(n for n, _, _ in specs)}
-    for name, size_, _ in specs:
-        parse_size(proposers[name], size_ or None)  # one line if the method does not take this size
     n_ctx = min(target.config.n_ctx, *(p.n_ctx or target.config.n_ctx for p in proposers.values()))
+    for name, size_, _ in specs:
+        parse_size(proposers[name], size_ or None, n_ctx, f"--methods {label((name, size_, None))}")  # one line if not
     for c in categories:
         if not prompts[c]:
             die(f"no prompts of category {c} in {args.prompts}")

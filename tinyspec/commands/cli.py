@@ -312,7 +312,7 @@ def load_weights(method: str, path: str | Path | None, target: GPT, enc, device,
     w = METHODS[method].weights
     path = Path(path or WEIGHTS / w.file)
     if not path.is_file():
-        die(f"{w.noun} {path} not found: pass {w.flag} PATH, or train it ({w.train})")
+        die(f"{path} not found ({method} reads {w.noun}): pass {w.flag} PATH, or make one: {w.train}")
     refuse_other_kind(path, w.holds)
     if w.kind is GPT:  # a draft model: same tokenizer as the target
         model = load_model(path, device, dtype, what="draft")
@@ -324,8 +324,7 @@ def load_weights(method: str, path: str | Path | None, target: GPT, enc, device,
         die(str(e))
     fingerprint = getattr(loaded, "target_fingerprint", "")
     if fingerprint and fingerprint != target.fingerprint():
-        die(f"{w.noun} in {path} was trained for a different target model: train one for this one ({w.train} "
-            "--target ...)")
+        die(f"{path} was trained for a different target model: train {w.noun} for this one ({w.train} --target ...)")
     return loaded
 
 
@@ -343,16 +342,20 @@ def load_method(method: str, args, target: GPT, enc, device, dtype) -> Proposer:
         die(str(e))
 
 
-def parse_size(proposer: Proposer, size: str | None) -> str | None:
-    """--size as the method spells it ('auto' passes), checked by the method: one line if not."""
+def parse_size(proposer: Proposer, size: str | None, n_ctx: int, flag: str = "--size") -> str | None:
+    """--size as the method spells it ('auto' passes), checked by the method, and against a context
+    of n_ctx tokens (a step of it must fit after a prompt): one line naming `flag` if not."""
     if size is None or size == "auto":
         return size
     if not proposer.sizes:
-        die(f"--size: {proposer.name} has no sizes (it proposes nothing)")
+        die(f"{flag}: {proposer.name} has no sizes (it proposes nothing)")
     try:
-        proposer.shape(size)
+        room = proposer.room(proposer.shape(size))
     except ValueError as e:
-        die(f"--size: {e}")
+        die(f"{flag}: {e}")
+    if room + 2 >= n_ctx:
+        die(f"{flag}: a step of {proposer.name} at size {size} feeds up to {room} tokens beyond the last, which does "
+            f"not fit the model's context of {n_ctx}: use a smaller size")
     return size
 
 

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, examples, run_main
 from ..files import atomic_write_json, atomic_write_text, home
+from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, run_main, shown
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -248,11 +248,48 @@ def card(meta: dict) -> str:
     rows = [f"| {name} | {r['version']} | {r['licence']} | {r['train_modules']} | {r['train_tokens'] / 1e6:.2f}M | "
             f"{r['val_modules']} | {r['val_tokens'] / 1e6:.3f}M |" for name, r in meta["sources"].items()]
     total = sum(r["train_tokens"] for r in meta["sources"].values())
-    return ("# The training corpus\n\nPython modules, split by whole modules (`tinyspec/data.py`); files whose text occurs "
+    return ("# The training corpus\n\nPython modules, split by whole modules (`tinyspec/commands/data.py`); files whose text occurs "
             "earlier and vendored copies are left out.\n\n| source | version | licence | train modules | train tokens | "
             "held-out modules | held-out tokens |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) +
             f"\n\nTraining tokens in all: {total / 1e6:.1f}M" +
             (f", plus --text {', '.join(meta['extra_text'])}" if meta["extra_text"] else "") + ".\n")
+
+
+def make_datastore(corpus: Path, tokens: int, eot: int, seed: int = 0):
+    """A datastore (`methods/rest.py`) of whole modules of the training split, drawn at random with a
+    fixed seed until about `tokens` tokens: the same modules on every machine for the same corpus."""
+    from ..methods.rest import build
+    train = np.fromfile(corpus / "train.bin", dtype=np.uint16)
+    ends = np.flatnonzero(train == eot)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    chosen, total = [], 0
+    for d in np.random.default_rng(seed).permutation(len(ends)):
+        if total + ends[d] + 1 - starts[d] <= tokens:
+            chosen.append(d)
+            total += ends[d] + 1 - starts[d]
+    chosen.sort()
+    text = np.concatenate([train[starts[d]:ends[d] + 1] for d in chosen]).astype(np.int64)
+    meta = json.loads((corpus / "meta.json").read_text())
+    return build(text, eot, {"corpus": {name: row["version"] for name, row in sorted(meta["sources"].items())},
+                             "modules": len(chosen), "of_modules": len(ends), "seed": seed})
+
+
+def datastore_card(store, path: Path, args) -> str:
+    command = f"python -m tinyspec data datastore --tokens {args.tokens}" + " --stdlib-only" * args.stdlib_only + \
+        f" --out {shown(path)}"
+    """The datastore's card: what it holds, its size on disk and in memory, and its build time."""
+    c = store.card
+    memory = (store.tokens.nbytes + store.backwards.nbytes + store.order.nbytes + store.key.nbytes) / 2**20
+    return f"""# {path.stem}
+
+- what: the datastore of `--method rest` (`tinyspec/methods/rest.py`): {c['tokens']:,} tokens of {c['modules']} whole
+  modules of the training split ({', '.join(f'{n} {v}' for n, v in c['corpus'].items())}; {c['of_modules']} modules in all),
+  drawn with seed {c['seed']},
+  documents ending in <|endoftext|>; the suffix array of the reversed text {'is stored beside them' if c['tokens'] >
+  2_000_000 else 'is sorted again when it loads'} ({c['build_s']:.1f} s here)
+- on disk: {path.stat().st_size / 2**20:.1f} MB (safetensors); in memory: {memory:.0f} MB
+- reproduce: `{command}`
+"""
 
 
 class TokenFile:
@@ -338,14 +375,21 @@ def build_parser() -> ArgumentParser:
                             "python -m tinyspec data --stdlib-only    # the standard library alone (nothing downloaded)",
                             "python -m tinyspec data prompts          # regenerate tinyspec/prompts.jsonl",
                             "python -m tinyspec data third-party-prompts   # prompts of code no model has read"))
-    ap.add_argument("what", nargs="?", choices=["corpus", "prompts", "third-party-prompts"], default="corpus",
-                    help="what to build: the corpus, the standard library's benchmark prompts, or prompts of held-out "
-                    "third-party packages (HELD_OUT_PACKAGES, downloaded with pip)")
+    ap.add_argument("what", nargs="?", choices=["corpus", "prompts", "third-party-prompts", "datastore"],
+                    default="corpus", help="what to build: the corpus, the standard library's benchmark prompts, "
+                    "prompts of held-out third-party packages (HELD_OUT_PACKAGES, downloaded with pip), or the "
+                    "datastore --method rest retrieves from (whole modules of the corpus's training split, with a "
+                    "card beside it)")
     ap.add_argument("--data-dir", default=str(data_home()), help="where the wheels and token files are kept "
                     "(set TINYSPEC_HOME to move tinyspec's folder)")
     ap.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"),
                     help="tiktoken ranks file the tokens are made with")
     ap.add_argument("--stdlib-only", action="store_true", help="leave the packages out (nothing is downloaded)")
+    ap.add_argument("--tokens", type=int, default=1_000_000, help="datastore: about this many tokens of whole "
+                    "training modules, drawn at random with a fixed seed")
+    ap.add_argument("--out", help="datastore: where to write it (default: datastore.safetensors in tinyspec's "
+                    "folder, $TINYSPEC_HOME; weights/datastore.safetensors is the shipped one: --force to replace it)")
+    ap.add_argument("--force", action="store_true", help="datastore: replace a shipped file")
     return ap
 
 
@@ -367,7 +411,17 @@ def main(argv=None) -> None:
         enc = load_tokenizer(args.tokenizer)
     except (FileNotFoundError, ValueError) as e:
         die(f"cannot load the tokenizer: {e}")
+    if args.what == "datastore":
+        if args.tokens < 1000:
+            die(f"--tokens must be at least 1000, got {args.tokens}")
+        destination = check_destination(args.out or home() / "datastore.safetensors", args.force)
     out = prepare(enc, Path(args.tokenizer), Path(args.data_dir), packages=not args.stdlib_only)
+    if args.what == "datastore":
+        store = make_datastore(out, args.tokens, enc.eot_token)
+        store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
+        atomic_write_text(destination.with_suffix(".md"), datastore_card(store, destination, args))
+        print(destination.with_suffix(".md").read_text() + f"\nsaved {destination}")
+        return
     print((out / "CORPUS.md").read_text() + f"\ntoken files and meta.json in {out}")
 
 

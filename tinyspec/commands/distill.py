@@ -4,7 +4,8 @@ Medusa's heads (and EAGLE's draft head) are trained on the frozen target's *own*
 the corpus: the target continues random corpus windows (`self_distill`), and a head learns the
 target's next-token distributions on that text, so what it learns is what verification will
 ask of it. This is Cai et al.'s "Medusa-1" recipe: the target stays frozen, only the heads learn.
-EAGLE's head (`eagle.py`) learns the target's next *feature* on the same text (`train_eagle`).
+EAGLE's head (`methods/eagle.py`) learns the target's next *feature* on the same text
+(`train_eagle`).
 
 Medusa's loss for head i is the cross-entropy against the target's own distribution at
 position t + i (soft labels; the target is at hand anyway), weighted by 0.8^i so that nearer
@@ -124,7 +125,7 @@ def train_heads(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_le
     return [sum(col) / len(col) for col in zip(*tail)] if tail else []
 
 
-# ---- EAGLE's draft head (eagle.py) -----------------------------------------------------------
+# ---- EAGLE's draft head (methods/eagle.py) ---------------------------------------------------
 #
 # The head reads pairs (f_i, t_{i+1}) and predicts f_{i+1}. All its labels are features of the
 # frozen target, so the target reads the training sequences once (`target_features`) and the

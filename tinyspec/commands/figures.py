@@ -227,7 +227,7 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
 @torch.no_grad()
 def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> None:
     """Print the cost of each piece of an EAGLE step in plain decoding steps (a one-token target
-    forward after `context` cached tokens): medians, every piece timed in turn (`timing.py`)."""
+    forward after `context` cached tokens): medians, every piece timed in turn (`speed/timing.py`)."""
     from ..methods.eagle import EagleHead, HeadDrafter
     cpu, L = torch.device("cpu"), context
     t = load_model(model_path, cpu, torch.float32)

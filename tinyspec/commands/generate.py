@@ -45,11 +45,13 @@ from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, Argument
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
 SEED_HELP = ("seed of the sampling generators: prompt i of the file (from 0) draws from its own generator seeded "
-             "seed + i, whatever --batch-size. At a fixed size, a prompt's greedy text is its text alone, token for "
-             "token, and its sampled text draws the same numbers in any batch (a batch's padded forward may round a "
-             "near-tie differently in the last bit). With --size auto the sizes, and so the sampled text, follow the "
-             "policy, which learns from every row of the batch (and, in a batch, from the clock): the text is still "
-             "exactly distributed, but a seed fixes it only for a fixed size")
+             "seed + i, whatever --batch-size")
+BATCH_HELP = ("decode the prompts B at a time: the B rows share every forward, each accepts its own proposals; each "
+              "prompt's text is printed when its batch is done. At a fixed size a prompt's greedy text is its text "
+              "alone, token for token, and its sampled text draws the same numbers as alone (a batch's padded forward "
+              "may round a near-tie differently in the last bit). With --size auto the sizes follow a policy that "
+              "learns from every row of the batch (and, in a batch, from the clock), so the sampled text, exactly "
+              "distributed still, can differ from the text alone and from run to run")
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -115,9 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--method", choices=list(METHODS), default="ar",
                     help="; ".join(f"{name}: {m.summary}" for name, m in METHODS.items()))
     add_method_flags(ap)
-    ap.add_argument("--batch-size", type=int, default=1, help="decode the prompts B at a time: the B rows share "
-                    "every forward, each accepts its own proposals; each prompt's text is printed when its batch is "
-                    "done (see --seed for what a batch changes)")
+    ap.add_argument("--batch-size", type=int, default=1, help=BATCH_HELP)
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch",
                     help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
                     "CPU it runs in Triton's interpreter when TRITON_INTERPRET=1 is set: slow, for checking)")
@@ -206,8 +206,8 @@ def generate(args) -> None:
     check_tokenizer(model, enc)
     use_attention(model, args.attn, device)
     proposer = load_method(args.method, args, model, enc, device, dtype)
-    size = parse_size(proposer, args.size)
     n_ctx = min(model.config.n_ctx, proposer.n_ctx or model.config.n_ctx)
+    size = parse_size(proposer, args.size, n_ctx)
     if args.prompt_file:
         print(f"{len(prompts)} prompt{'s' * (len(prompts) > 1)} from {args.prompt_file}", file=sys.stderr)
     encoded = [enc.encode_ordinary(p) for p in tqdm(prompts, desc="encoding", unit="prompt", file=sys.stderr,

@@ -14,39 +14,6 @@ from ..verify import RULES
 from .cli import die
 
 
-def parse_method(spec: str) -> tuple[str, str]:
-    """A method of `methods.METHODS` with its size as the registry names it ('ar', 'draft:K',
-    'medusa:NODES', 'eagle:NODES', 'lookup:K', 'lookahead:W,N,G', 'auto'), or without one (sized
-    for this device: 'draft', 'medusa', ...; 'draft:auto' too), each optionally with '@RULE' (an
-    acceptance rule of verify.py, e.g. draft:4@block, medusa@pointmass) -> (name, parameter)."""
-    name, _, param = spec.partition(":")
-    name, _, at_rule = name.partition("@")  # 'medusa@pointmass': a sized method with a rule
-    param = param or (f"@{at_rule}" if at_rule else "")
-    size, _, rule = param.partition("@")
-    if name not in METHODS or not re.fullmatch(SIZE_PATTERNS[METHODS[name].size], size) and size not in ("", "auto") \
-            or size == "auto" and METHODS[name].size != "K|auto":
-        forms = ", ".join(f"{n}[:{m.size}]" if m.size else n for n, m in METHODS.items())
-        die(f"unknown method {spec!r}: use {forms} (without a size: sized for this device; each optionally @RULE; "
-            "auto with --batch-sizes)")
-    problem = check_rule(name, rule) if rule else None
-    if rule and rule not in RULES:
-        problem = f"unknown acceptance rule {rule!r} in {spec!r}: use one of {', '.join(RULES)}"
-    if not problem and name == "lookup" and size:
-        problem = check_draft_free(name, k=int(size))
-    elif not problem and name == "lookahead" and size:
-        window, ngram, guesses = map(int, size.split(","))
-        problem = check_draft_free(name, window=window, ngram=ngram, guesses=guesses)
-    if problem:
-        die(f"{spec}: {problem}")
-    return name, param
-
-
-def label(spec) -> str:
-    """The spec as rows name it: 'medusa:16', 'medusa@pointmass' (sized), 'draft:4@block'."""
-    name, param = spec
-    return name + (param if param.startswith("@") else f":{param}" if param else "")
-
-
 def parse_method(spec: str) -> tuple[str, str, str | None]:
     """METHOD[:SIZE][@RULE] -> (name, size, rule): a method of `methods.METHODS`, its size as the
     method spells it ('' for its default size, 'auto' for sized on this device; the method checks

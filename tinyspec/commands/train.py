@@ -238,7 +238,7 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
   ({meta['train']['documents']} modules, {meta['train']['tokens'] / 1e6:.1f}M tokens{', plus --text ' + ', '.join(args.text) if args.text else ''});
   validation: the standard library's {meta['val']['documents']} held-out modules ({meta['val']['tokens'] / 1e6:.2f}M tokens)
   {f"and the packages' {meta['val-packages']['documents']} ({meta['val-packages']['tokens'] / 1e6:.2f}M tokens)" if meta.get('val-packages', {}).get('documents') else ''}
-  (`tinyspec/data.py`; every source's version, licence and tokens: `python -m tinyspec data`){f"; started from `{shown(args.init_from)}`" if args.init_from else ''}
+  (`tinyspec/commands/data.py`; every source's version, licence and tokens: `python -m tinyspec data`){f"; started from `{shown(args.init_from)}`" if args.init_from else ''}
 - objective: {'distillation from `' + args.distill_from + '`: cross-entropy against its next-token distributions' if args.distill_from else 'next-token cross-entropy on the corpus'}
 - trained on: {where}, {seconds / 60:.0f} minutes (resumed runs summed), bf16 autocast: {args.bf16 or device.type == 'cuda'}
 - steps: {last['step']} of batch {args.batch_size} x {args.block_size} tokens; tokens seen: {last['tokens_seen'] / 1e6:.1f}M

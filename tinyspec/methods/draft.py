@@ -70,7 +70,7 @@ class DraftModel(Proposer):
     chapter = 5  # of the walkthrough
     summary = "speculative decoding with a draft model (Leviathan et al. 2022)"
     proposes = "a sampled chain"
-    weights = Weights("--draft", "draft.safetensors", GPT, "the draft model",
+    weights = Weights("--draft", "draft.safetensors", GPT, "a draft model",
                       "python -m tinyspec train gpt --preset draft --distill-from weights/target.safetensors",
                       "transformer.")
     reduced_vocab = True
@@ -103,8 +103,9 @@ class DraftModel(Proposer):
     def start(self, rows: list[Row], hidden, slots: int) -> None:
         # a draft that sat out plain steps catches up on all of them in its next forward: room for the text twice
         rows_here = len(rows)
-        self.caches = (self.cache if rows_here == 1 and self.cache.max_len >= 2 * slots
-                       else KVCache.for_model(self.draft, 2 * slots, rows_here),)
+        if rows_here == 1 and self.cache.max_len < 2 * slots:  # (slots pass the context by a step's room)
+            self.cache = KVCache.for_model(self.draft, 2 * slots)
+        self.caches = (self.cache if rows_here == 1 else KVCache.for_model(self.draft, 2 * slots, rows_here),)
         self.caches[0].reset(rows_here)
 
     def propose(self, rows: list[Row], k: int, room: list[int], sampling: Sampling, sampled: bool) -> list:

@@ -312,7 +312,7 @@ class Eagle(Proposer):
     chapter = 8  # of the walkthrough
     summary = "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass"
     proposes = "a tree"
-    weights = Weights("--eagle", "eagle.safetensors", EagleHead, "the EAGLE head", "python -m tinyspec train eagle",
+    weights = Weights("--eagle", "eagle.safetensors", EagleHead, "an EAGLE head", "python -m tinyspec train eagle",
                       "block.")
     settings = {"tree": Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
                                 "(Cai et al.'s choice list), instead of the size's tree")}

@@ -13,7 +13,7 @@ frozen one keeps a head at n_embd^2 + n_embd parameters.)
 
 W_i and b_i start at zero, so a new head is the base LM head exactly, and training only has to
 learn the shift by i tokens. The heads are trained "Medusa-1" style on the frozen target's own
-text (`distill.py`).
+text (`commands/distill.py`).
 
 One decoding step (`Medusa` below), with h the hidden state of the token *before* the root:
 the root is the last token the target chose (from h's LM-head logits), and head i's guesses
@@ -121,8 +121,8 @@ class Medusa(Proposer):
     proposes = "a tree"
     weights = Weights("--heads", "medusa.safetensors", MedusaHeads, "Medusa heads", "python -m tinyspec train medusa",
                       "blocks.")
-    settings = {"tree": Setting(None, str, "medusa, eagle: a static tree, a JSON file {\"choices\": [[0], [1], "
-                                "[0, 0], ...]} (Cai et al.'s choice list), instead of the size's tree")}
+    settings = {"tree": Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
+                                "(Cai et al.'s choice list), instead of the size's tree")}
     reduced_vocab = True
     default_size = "4"
     sizes = ("2", "4", "8", "16")

@@ -3,7 +3,7 @@
 A forward of a small model on one sequence leaves most of the hardware idle: it reads every
 weight to compute a handful of tokens. Speculative decoding fills that idle compute with guesses
 (one forward scores k proposals as cheaply as one token). Batching fills it with other
-sequences: every loop runs any number of rows (`decoding.py`), one forward advancing all of
+sequences: the loop runs any number of rows (`decoding.decode`), one forward advancing all of
 them. Both spend the same spare capacity, so at a large enough batch a forward is no longer
 nearly free to widen, and speculation, which multiplies the tokens of every forward by 1 + k or
 1 + T, starts to cost more than it yields. The benchmark (`python -m tinyspec bench

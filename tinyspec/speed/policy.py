@@ -37,7 +37,7 @@ once the size it would choose if the text were as predictable as held-out text (
 where that size would pay; each probe that does not bring speculation back doubles the wait, to
 8 `probe_every` at most, so probes cost a vanishing share of the steps where speculation does not
 pay. A plain step is a valid step of every method, so whatever the policy chooses the output is
-the target's own (the tests hand loops a policy that chooses at random).
+the target's own (the tests hand the loop a policy that chooses at random).
 """
 
 from __future__ import annotations

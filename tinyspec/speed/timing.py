@@ -1,7 +1,7 @@
 """Honest timing: warm up first, synchronise the GPU around each call, time competing calls in
 turn, report the median.
 
-Every forward is timed one way, `forward_call`: `decoding.feed`, the very forward every decoding
+Every forward is timed one way, `forward_call`: `decoding.feed`, the very forward the decoding
 loop calls, over rows x t new tokens after a fixed number of cached ones, with the cache set back
 before each call. The benchmark, the batch policy (`auto.py`), the cost model and the figures all
 time their forwards with it, in turn with whatever they compare them to (`interleaved_times`).
