@@ -164,6 +164,11 @@ class Proposer:
         """The acceptance rule `name` for this method's proposals (`verify.RULES`)."""
         return RULES[name]
 
+    def identity(self) -> dict:
+        """What the method's measured costs and acceptance depend on beyond its weights (modules)
+        and settings: a datastore's size, say (`speed/sizing.py` keys its cache by it)."""
+        return {}
+
     def start(self, rows: list[Row], hidden: list[torch.Tensor], slots: int) -> None:
         """New rows (a new batch of prompts): hidden[b] (P_b, C) are the target's hidden states of
         row b's prompt; slots: the cache slots a row may use (its context plus one step's room)."""

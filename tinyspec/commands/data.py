@@ -276,7 +276,7 @@ def make_datastore(corpus: Path, tokens: int, eot: int, seed: int = 0):
 
 def datastore_card(store, path: Path, args) -> str:
     command = f"python -m tinyspec data datastore --tokens {args.tokens}" + " --stdlib-only" * args.stdlib_only + \
-        f" --out {shown(path)}"
+        (f" --out {shown(path)}" if args.out else "")
     """The datastore's card: what it holds, its size on disk and in memory, and its build time."""
     c = store.card
     memory = (store.tokens.nbytes + store.backwards.nbytes + store.order.nbytes + store.key.nbytes) / 2**20

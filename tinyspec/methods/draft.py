@@ -121,10 +121,10 @@ class DraftModel(Proposer):
                 if i > kb:  # row b proposes no more: its stand-in takes the same slot again (past it, near the
                     cache.truncate(cache.lengths[b] - 1, b)  # context's end, is a position the draft does not have)
             q = sampling.probs(self.lm_head(last(feed(self.draft, cache, unseen))))  # (B, V)
-            # a row that proposes fewer takes the argmax as a stand-in, drawing nothing from its generator
-            tokens = [sample(q[b], r.generator) if i < ks[b] and sampling.temperature > 0 else q[b].argmax()
-                      for b, r in enumerate(rows)]
-            drafts.append(torch.stack(tokens))
+            tokens = q.argmax(-1)  # (B,): greedy; and the stand-in of a row that proposes fewer (it draws nothing)
+            if sampling.temperature > 0:
+                tokens = torch.stack([sample(q[b], r.generator) if i < ks[b] else tokens[b] for b, r in enumerate(rows)])
+            drafts.append(tokens)
             qs.append(q)
             unseen = list(drafts[-1][:, None])
         if not drafts:

@@ -21,8 +21,11 @@ corpus right after each place in the range is a continuation. One step (`Rest.pr
    empirical probability). The B prefixes of highest count that at least `MIN_SHARE` of the
    occurrences share make the corpus's part of the tree (a prefix never counts less than its
    extensions, so they form a tree); how many there are follows how predictable the match is;
-3. the text's own earlier continuation (prompt lookup, k tokens) joins the tree as one more
-   branch; shared prefixes merge (`lookahead.trie`).
+3. the text's own earlier continuation (prompt lookup) joins the tree as one more branch,
+   shared prefixes merged (`lookahead.trie`): K tokens when the text's last `max_ngram` tokens
+   occurred before, fewer for a shorter match (K n / max_ngram for a match of n), since a
+   continuation found by one token alone is seldom the right one (SuffixDecoding likewise sizes
+   each speculation by its match).
 
 The proposal is a function of the text and the corpus, never sampled: greedy at temperature 0,
 and the point-mass rule above it make the output the target's own (`verify.py`).
@@ -174,6 +177,13 @@ def corpus_tree(continuations: np.ndarray, budget: int) -> list[tuple[int, ...]]
     return sorted(p for _, _, p in kept)
 
 
+def matched(index: NgramIndex) -> int:
+    """How many of the text's last tokens (up to max_ngram) occurred before: what prompt lookup's
+    proposal follows from (0: nothing)."""
+    text = index.text
+    return next((n for n in range(min(index.max_ngram, len(text)), 0, -1) if tuple(text[-n:]) in index.last), 0)
+
+
 class Rest(Proposer):
     """The corpus's continuations of the text's last tokens, and the text's own (step 1 above)."""
     name = "rest"
@@ -184,10 +194,10 @@ class Rest(Proposer):
                       "python -m tinyspec data datastore", "tokens")
     settings = {"max_ngram": Setting(3, int, "the longest suffix of the text looked up in the text itself; shorter "
                                      "ones are tried when it has not occurred before", 1, 8)}
-    default_size = "8,4"
-    sizes = ("4,2", "8,4", "8,8", "16,8")
-    size_help = "K,B: K tokens looked up in the text itself (prompt lookup), and up to B nodes from the corpus " \
-                "(each 0-16, not both 0)"
+    default_size = "16,4"
+    sizes = ("8,2", "8,4", "16,4", "16,8")
+    size_help = "K,B: up to K tokens looked up in the text itself (prompt lookup; fewer for a shorter match), and " \
+                "up to B nodes from the corpus (each 0-16, not both 0)"
 
     def __init__(self, target: GPT, datastore: Datastore, max_ngram: int = 3):
         self.device, self.datastore, self.max_ngram = target.lm_head.weight.device, datastore, max_ngram
@@ -202,6 +212,9 @@ class Rest(Proposer):
     def room(self, shape) -> int:
         return shape[0] + shape[1]
 
+    def identity(self) -> dict:
+        return {"datastore": self.datastore.card or {"tokens": len(self.datastore)}}
+
     def start(self, rows: list[Row], hidden, slots: int) -> None:
         for r in rows:
             r.state = NgramIndex(self.max_ngram, r.text)
@@ -211,7 +224,7 @@ class Rest(Proposer):
         out = []
         for r, left in zip(rows, room):
             paths = corpus_tree(self.datastore.continuations(r.text), budget) if budget else []
-            own = r.state.propose(k) if k else []
+            own = r.state.propose(k * matched(r.state) // self.max_ngram) if k else []
             if own:
                 paths.append(tuple(own))
             tokens, parents = trie([p[:left] for p in paths if left > 0])  # none deeper than the context allows

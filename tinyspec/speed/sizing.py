@@ -220,7 +220,7 @@ def cache_key(target, proposer: Proposer, rule: str | None, sampling: Sampling) 
             "dtype": str(target.lm_head.weight.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "weights": weights_hash(*modules),
             "sampling": [sampling.temperature, sampling.top_k, sampling.top_p], "rule": rule,
-            "settings": settings_of(proposer)}
+            "settings": settings_of(proposer), "identity": proposer.identity()}
 
 
 def size(target, proposer: Proposer, rule: str | None, prompts: list[list[int]], sampling: Sampling,
