@@ -50,23 +50,11 @@ def proposer(target, name, cls=None):
 
 # ---- (1) a plain step is plain decoding, and nothing more ---------------------------------------
 
-class Plain:
+class Plain(Coin):
     """A policy that could speculate (it promises every size of the method) but never does."""
-
-    def __init__(self, sizes):
-        self.promise = dict.fromkeys(sizes, 1.0)
 
     def choose(self, rows):
         return None
-
-    def update(self, accepted, size, rows):
-        pass
-
-    def reset(self):
-        pass
-
-    def may_speculate(self, rows):
-        return True
 
 
 def spy(cls):

@@ -22,10 +22,15 @@ from conftest import plain_tokens, random_gpt, random_heads
 from test_speculative import perturbed
 
 
+FORWARD = {"1": 0.007, "2": 0.008, "4": 0.010, "8": 0.014}  # F(n) = 0.006 + 0.001 n
+
+
 def made_up(plain_s=1.0, **rows) -> Sizing:
-    """A Sizing of a draft with C (seconds) and A (accepted) per k given as k=(C, A)."""
-    return Sizing("draft", plain_s, [{"size": k[1:], "steps": 10, "seconds": c, "accepted": a}
-                                     for k, (c, a) in rows.items()])
+    """A Sizing of a draft with C (seconds) and A (accepted) per k given as k=(C, A); its steps fed
+    k + 1 tokens each, and F(n) = 0.006 + 0.001 n seconds."""
+    return Sizing("draft", plain_s, [{"size": k[1:], "steps": 10, "seconds": c, "accepted": a,
+                                      "forward_s": 0.006 + 0.001 * (int(k[1:]) + 1)} for k, (c, a) in rows.items()],
+                  FORWARD)
 
 
 def test_the_fastest_predicted_size_is_chosen():
@@ -46,15 +51,25 @@ def test_the_menu_leaves_out_sizes_never_measured():
                               {"size": "4,4,16", "steps": 5, "seconds": 2.0, "accepted": 3.5},
                               {"size": "2,4,8", "steps": 0, "seconds": None, "accepted": 0.0}])
     assert list(s.menu()) == ["2,6,16", "4,4,16"] and s.chosen()["size"] == "4,4,16"
-    assert s.seconds("2,6,16") == 2.0 and s.seconds("0") == 1.0 and s.seconds("2,4,8") is None
+    assert s.step_s("0", 1) == 1.0 and s.step_s("2,4,8", 9) is None
     assert set(s.policy().promise) == {"2,6,16", "4,4,16"}
 
 
 def test_the_cost_model_adds_up_each_step_at_its_measured_cost():
     s = made_up(plain_s=0.01, k2=(0.015, 1.0), k4=(0.02, 2.0))
     # 2 prompts: their prefills (0.05 s in all) gave one token each; then 3 plain steps, 4 of k = 2, 5 of k = 4
-    assert s.predicted_s({"0": 5, "2": 4, "4": 5}, prompts=2, prefill_s=0.05) == pytest.approx(0.05 + 0.03 + 0.06 + 0.1)
-    assert s.predicted_s({"0": 5, "4": 2}, prompts=2, prefill_s=0.0) == pytest.approx(0.03 + 0.04)
+    fed = {("0", 1): 5, ("2", 3): 4, ("4", 5): 5}
+    assert s.predicted_s(fed, prompts=2, prefill_s=0.05) == pytest.approx(0.05 + 0.03 + 0.06 + 0.1)
+    # a step of k = 4 that fed 3 tokens (a chain cut short) costs what F saves on 2 tokens less: 0.02 - 0.002
+    assert s.step_s("4", 3) == pytest.approx(0.018)
+    assert s.predicted_s({("0", 1): 5, ("4", 3): 2}, prompts=2, prefill_s=0.0) == pytest.approx(0.03 + 0.036)
+
+
+def test_the_forward_cost_is_interpolated_between_the_widths_measured():
+    s = made_up()
+    assert s.forward_s(1) == 0.007 and s.forward_s(4) == 0.010  # measured
+    assert s.forward_s(3) == pytest.approx(0.009) and s.forward_s(6) == pytest.approx(0.012)  # between
+    assert s.forward_s(12) == pytest.approx(0.018)  # past the widest: its last slope
 
 
 def test_the_policy_speculates_less_where_the_text_accepts_less():
@@ -181,6 +196,6 @@ def test_a_method_no_size_of_which_can_pay_runs_plain_decodings_loop(models):
 def test_no_prediction_for_a_size_sizing_never_timed():
     """A fixed size that never proposed on the sizing prompts has no measured cost: the benchmark's
     prediction for a pass that took it is None, not a crash; plain steps are still predicted."""
-    s = Sizing("lookup", 1.0, [{"size": "4", "steps": 0, "seconds": None, "accepted": 0.0}])
-    assert s.predicted_s({"0": 5, "4": 3}, 1, 0.5) is None
-    assert s.predicted_s({"0": 5}, 1, 0.5) == 0.5 + 4 * 1.0
+    s = Sizing("lookup", 1.0, [{"size": "4", "steps": 0, "seconds": None, "accepted": 0.0, "forward_s": None}], FORWARD)
+    assert s.predicted_s({("0", 1): 5, ("4", 5): 3}, 1, 0.5) is None
+    assert s.predicted_s({("0", 1): 5}, 1, 0.5) == 0.5 + 4 * 1.0

@@ -55,11 +55,13 @@ PLAIN = "0"  # the size of a plain step
 class Step:
     """What one target forward produced for a row: tokens, where each came from, how many tokens
     the proposal could add (0 for a plain step, k for a chain, a tree's depth: accepted / proposed
-    is the fraction of proposed positions filled), and the size the step verified."""
+    is the fraction of proposed positions filled), the size the step verified, and how many
+    tokens the row fed the forward (1 for a plain step: the root; a step's cost grows with it)."""
     tokens: list[int]
     sources: list[str]
     proposed: int = 0
     size: str = PLAIN
+    fed: int = 1
 
 
 Produced = dict[int, Step]  # what one forward gave each row that took part, by row id
@@ -308,8 +310,8 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
             if len(fed[b][0]) > 1:  # it fed more than its root (lookahead's window): the cache keeps the root
                 with clock.part("cache"):
                     cache.truncate(before[b] + 1, b)
-            out[b] = Verified(Step([int(token)], [TARGET], size=PLAIN if proposals[b] is None else size), h[b],
-                              torch.zeros(1, dtype=torch.long, device=h[b].device))
+            out[b] = Verified(Step([int(token)], [TARGET], size=PLAIN if proposals[b] is None else size,
+                                   fed=len(fed[b][0])), h[b], torch.zeros(1, dtype=torch.long, device=h[b].device))
     for b, (r, prop) in enumerate(zip(rows, proposals)):
         if out[b] is not None:
             continue
@@ -321,8 +323,8 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
             cache.keep((before[b] + kept).tolist(), b)  # the root (slot L) and the accepted nodes, compacted
         accepted = x[kept[1:]].tolist()
         kind = CORRECTION if prop.tree.children(int(path[-1])) else BONUS
-        out[b] = Verified(Step(accepted + [int(r.root)], [ACCEPTED] * len(accepted) + [kind], prop.tree.max_depth, size),
-                          h[b], kept)
+        out[b] = Verified(Step(accepted + [int(r.root)], [ACCEPTED] * len(accepted) + [kind], prop.tree.max_depth, size,
+                               len(x)), h[b], kept)
     return out
 
 
@@ -479,6 +481,7 @@ class Result:
     accepted: int = 0  # ... of which the target accepted
     rejections: int = 0  # steps that ended in a rejection (the rest accepted everything)
     sizes: Counter = field(default_factory=Counter)  # steps by the size they verified (Step.size; "0": plain)
+    fed: Counter = field(default_factory=Counter)  # steps by (size, tokens fed): what the cost model adds up
     accepted_at: Counter = field(default_factory=Counter)  # steps that accepted the proposal's token at depth d
     speculated: int = 0  # steps that proposed (the rest were plain steps)
     empty: int = 0  # ... of which accepted nothing
@@ -561,6 +564,7 @@ def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_s
     res.target_steps += 1
     res.proposed += step.proposed
     res.sizes[step.size] += 1
+    res.fed[step.size, step.fed] += 1
     room = max_new_tokens - len(res.token_ids)
     keep, reason = len(step.tokens), None
     if stop_id in step.tokens[:room]:  # end of text within the budget (past it, the budget ends first)

@@ -104,13 +104,13 @@ class Runner:
     def run(self, spec, prompts, sampling, first: int = 0) -> dict:
         """One pass of `spec` over `prompts`, prompt i (counted from `first`) sampling with seed + i."""
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, prefill_s=0.0,
-                      outputs=[], sizes=Counter(), accepted_at=Counter(), speculated=0, empty=0)
+                      outputs=[], sizes=Counter(), fed=Counter(), accepted_at=Counter(), speculated=0, empty=0)
         decoder, ledger = self.decoder(spec, sampling), Ledger(self.device)
         with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
             for i, prompt in enumerate(prompts, first):
                 generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
                 res = run(decoder.steps(prompt, sampling, generator), self.max_new, None, None, self.device)
-                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes",
+                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes", "fed",
                             "accepted_at", "speculated", "empty"):
                     totals[key] += getattr(res, key)
                 totals["new_tokens"] += len(res.token_ids)
@@ -180,13 +180,14 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
     sizing = runner.sizing(name, rule, Sampling(temperature))
     if sizing is not None:  # the cost model: each step the pass took at its measured cost (sizing.py)
         ar = ar_passes[0]
-        ours = sizing.predicted_s(first["sizes"], first["prompts"], first["prefill_s"])  # None: a size never timed
-        row["predicted_speedup"] = ours and round(sizing.predicted_s(ar["sizes"], first["prompts"], ar["prefill_s"]) / ours, 3)
-        # the step's cost in plain steps, of the sizes the pass took, weighted by their steps
-        taken = {s: n for s, n in first["sizes"].items() if s != PLAIN and sizing.seconds(s)}
+        ours = sizing.predicted_s(first["fed"], first["prompts"], first["prefill_s"])  # None: a size never timed
+        row["predicted_speedup"] = ours and round(sizing.predicted_s(ar["fed"], first["prompts"], ar["prefill_s"]) / ours, 3)
+        # the mean cost of the pass's speculative steps in plain steps, each as the cost model prices it
+        taken = {key: n for key, n in first["fed"].items() if key[0] != PLAIN and sizing.step_s(*key)}
         if taken:
-            row["step_cost"] = round(sum(n * sizing.seconds(s) for s, n in taken.items()) / sum(taken.values())
+            row["step_cost"] = round(sum(n * sizing.step_s(*key) for key, n in taken.items()) / sum(taken.values())
                                      / sizing.plain_s, 3)
+            row["fed"] = round(sum(n * key[1] for key, n in taken.items()) / sum(taken.values()), 2)  # tokens a step fed
         if size_ == "auto":
             chosen = sizing.chosen()
             row["sized"] = chosen and chosen["size"]

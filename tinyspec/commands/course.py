@@ -90,7 +90,7 @@ CHAPTERS = {
                       "tests/test_eagle.py::test_greedy_eagle_equals_plain_decoding",
                       "tests/test_eagle.py::test_caches_after_eagle_steps_equal_plain_decoding"),
                      needs=("kvcache", "sampling", "tree", "verify")),
-    "lookup": Chapter("9 Draft-free speculation: prompt lookup and lookahead", ("methods/lookup.py:NgramIndex.propose",),
+    "lookup": Chapter("9 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/lookup.py:NgramIndex.propose",),
                       ("tests/test_lookup.py::test_index_example_and_incremental_updates_match_a_scan",
                        "tests/test_lookup.py::test_greedy_lookup_equals_plain_decoding",
                        "tests/test_lookup.py::test_greedy_lookup_runs_to_the_end_of_the_context",

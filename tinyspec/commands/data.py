@@ -34,6 +34,7 @@ import json
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -274,6 +275,18 @@ def make_datastore(corpus: Path, tokens: int, eot: int, seed: int = 0):
                              "modules": len(chosen), "of_modules": len(ends), "seed": seed})
 
 
+def lookup_time(store, enc) -> float:
+    """Microseconds of one step's lookup (the match, its continuations, the tree of B = 4), the mean
+    over every position of the held-out sizing prompts (`speed/sizing.py`)."""
+    from ..methods.rest import corpus_tree
+    from ..speed.sizing import sizing_prompts
+    texts = [p[:i] for p in sizing_prompts(enc) for i in range(8, len(p))]
+    t0 = time.perf_counter()
+    for text in texts:
+        corpus_tree(store.continuations(text), 4)
+    return round((time.perf_counter() - t0) / len(texts) * 1e6, 1)
+
+
 def datastore_card(store, path: Path, args) -> str:
     command = f"python -m tinyspec data datastore --tokens {args.tokens}" + " --stdlib-only" * args.stdlib_only + \
         (f" --out {shown(path)}" if args.out else "")
@@ -287,7 +300,8 @@ def datastore_card(store, path: Path, args) -> str:
   drawn with seed {c['seed']},
   documents ending in <|endoftext|>; the suffix array of the reversed text {'is stored beside them' if c['tokens'] >
   2_000_000 else 'is sorted again when it loads'} ({c['build_s']:.1f} s here)
-- on disk: {path.stat().st_size / 2**20:.1f} MB (safetensors); in memory: {memory:.0f} MB
+- on disk: {path.stat().st_size / 2**20:.1f} MB (safetensors); in memory: {memory:.0f} MB; a step's lookup (the
+  match, its continuations, the tree) takes {c['lookup_us']:.0f} us here, the mean over the held-out sizing prompts
 - reproduce: `{command}`
 """
 
@@ -418,6 +432,7 @@ def main(argv=None) -> None:
     out = prepare(enc, Path(args.tokenizer), Path(args.data_dir), packages=not args.stdlib_only)
     if args.what == "datastore":
         store = make_datastore(out, args.tokens, enc.eot_token)
+        store.card["lookup_us"] = lookup_time(store, enc)
         store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
         atomic_write_text(destination.with_suffix(".md"), datastore_card(store, destination, args))
         print(destination.with_suffix(".md").read_text() + f"\nsaved {destination}")

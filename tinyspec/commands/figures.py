@@ -260,7 +260,7 @@ BENCH_TABLE = re.compile(r"^<!-- bench: (\S+)((?: \w+=\S+)*) -->\n((?:\|.*\n)+)"
 DECIMALS = {"tau": 2, "tau_from_alpha": 2, "predicted_tau": 2, "speedup": 2, "predicted_speedup": 2, "step_cost": 2,
             "acceptance_rate": 3, "alpha": 3, "tokens_per_s": 0, "same_as_ar": 0, "tinyspec_speedup": 2,
             "matches_tinyspec": 2, "same_as_tinyspec": 0}
-KEYS = ("method", "T", "category", "shape")
+KEYS = ("method", "T", "category", "shape", "size")
 
 
 def bench_value(row: dict | None, field: str):
@@ -275,7 +275,7 @@ def bench_value(row: dict | None, field: str):
 def group(row: dict) -> str:
     """What a table's per-cell columns (`tau[code/docs/structured]`) range over: a benchmark row's
     category, a batch curve's batch size (`speedup[1/2/4/8/16]`), or the shape a sizing row measured."""
-    return str(row.get("category", row.get("batch_size", row.get("shape"))))
+    return str(row.get("category", row.get("batch_size", row.get("shape", row.get("size")))))
 
 
 def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Path) -> list[list[str]]:
@@ -299,7 +299,8 @@ def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Pa
         keys = [c for c in columns if c in KEYS]
         seen = {}
         for r in saved:
-            row_key = {"method": r["method"], "T": f"{r['temperature']:g}", "category": group(r), "shape": group(r)}
+            row_key = {"method": r["method"], "T": f"{r['temperature']:g}", "category": group(r), "shape": group(r),
+                       "size": group(r)}
             if all(row_key[k] == v for k, v in fixed.items()) and r["method"].startswith(prefix):
                 seen.setdefault(tuple(row_key[k] for k in keys), None)
         rows = [[(dict(zip(keys, key))[c].removeprefix(prefix) if c in KEYS else "") for c in columns] for key in seen]

@@ -51,11 +51,13 @@ from ..files import atomic_write_json
 from ..decoding import Decoder
 from ..model import DraftVocab
 from ..sampling import Sampling
+from ..tree import chain
 from .policy import MARGIN, Policy
+from .timing import forward_call, interleaved_medians
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 1, 32  # sizing prompts per category, tokens decoded from each
-VERSION = 4  # of the measurement: a cached file of another version is measured again
+VERSION = 5  # of the measurement: a cached file of another version is measured again
 
 
 def candidates(proposer: Proposer, n_ctx: int) -> list[str]:
@@ -81,11 +83,13 @@ def timed_steps(steps: Steps, max_new_tokens: int):
 
 @dataclass
 class Sizing:
-    """What `measure` found for one method on this device: the plain step's seconds, and per
-    measured size C (seconds) and A (accepted tokens) of its steps, and how many there were."""
+    """What `measure` found for one method on this device: the plain step's seconds; per measured
+    size C (seconds) and A (accepted tokens) of its steps, how many there were, and the mean F(n)
+    of what they fed (`forward_s`); and F, the target's forward over n tokens ({n: seconds})."""
     method: str
     plain_s: float
     shapes: list[dict]
+    forward: dict = field(default_factory=dict)
     key: dict = field(default_factory=dict)
     measured_s: float = 0.0
     path: str = ""
@@ -104,23 +108,35 @@ class Sizing:
         best = max(self.menu().values(), key=self.speedup, default=None)
         return best if best is not None and self.speedup(best) > MARGIN else None
 
-    def seconds(self, size: str) -> float | None:
-        """C(size) (a plain step's for PLAIN), or None for a size never measured."""
+    def forward_s(self, n: int) -> float:
+        """F(n): the seconds of the target's forward over n tokens and its LM head, as measured,
+        straight lines between the widths measured (and beyond the widest, the last one's slope)."""
+        widths = sorted(int(w) for w in self.forward)
+        F = lambda w: self.forward[str(w)]
+        low = max([w for w in widths if w <= n], default=widths[0])
+        high = min([w for w in widths if w > low], default=None) if n != low else low
+        if high is None:  # past the widest: the last slope
+            low, high = widths[-2:]
+        return F(low) if high == low else F(low) + (F(high) - F(low)) * (n - low) / (high - low)
+
+    def step_s(self, size: str, fed: int) -> float | None:
+        """C(size) for a step that fed `fed` tokens: the size's measured mean, moved by the
+        forward's cost of feeding `fed` tokens instead of what its steps fed on average. A
+        lookup's chain or a retrieved tree is as long as the text allows, not always the same:
+        the forward, most of a step, follows what was fed."""
         if size == PLAIN:
             return self.plain_s
         row = self.menu().get(size)
-        return row and row["seconds"]
+        return row and row["seconds"] - row["forward_s"] + self.forward_s(fed)
 
-    def predicted_s(self, sizes: dict, prompts: int, prefill_s: float) -> float | None:
-        """The cost model: the seconds a run takes whose steps verified `sizes` ({size: steps}, the
-        prefill's first token among the plain ones), each step at its measured C; the prompts'
-        forwards (`prefill_s`, common to every method) as they were measured in the run."""
-        steps = dict(sizes)
-        steps[PLAIN] = steps.get(PLAIN, 0) - prompts
-        costs = {s: self.seconds(s) for s, n in steps.items() if n}
+    def predicted_s(self, fed: dict, prompts: int, prefill_s: float) -> float | None:
+        """The cost model: the seconds a run takes whose steps were `fed` ({(size, tokens fed):
+        steps}, the prefill's first token among the plain ones), each step at `step_s`; the
+        prompts' forwards (`prefill_s`, common to every method) as they were measured in the run."""
+        costs = {key: self.step_s(*key) for key, n in fed.items() if n}
         if None in costs.values():  # a size the pass took that sizing never measured (or saw propose)
             return None
-        return prefill_s + sum(steps[s] * c for s, c in costs.items())
+        return prefill_s - prompts * self.plain_s + sum(fed[key] * c for key, c in costs.items())
 
     def policy(self) -> Policy:
         """The per-step policy over the menu (`speed/policy.py`)."""
@@ -157,7 +173,7 @@ def measure(target, proposer: Proposer, rule: str | None, prompts: list[list[int
     prompts = [p[-(n_ctx - new_tokens - longest - 2):] for p in prompts]
     decoders = [Decoder(target, proposer, size, rule=rule) for size in sizes]
     plain = Decoder(target)
-    times = {i: [] for i in range(len(sizes))}
+    times, fed = {i: [] for i in range(len(sizes))}, {i: [] for i in range(len(sizes))}
     accepted, plain_times, t0 = {i: [] for i in range(len(sizes))}, [], time.perf_counter()
     for p, prompt in enumerate([prompts[0]] + prompts):  # the first pass warms up
         if progress:
@@ -176,9 +192,30 @@ def measure(target, proposer: Proposer, rule: str | None, prompts: list[list[int
                 elif step.size != PLAIN:  # a step of the size (a lookup may find nothing: a plain step)
                     times[i].append(seconds)
                     accepted[i].append(len(step.tokens) - 1)
-    rows = [{"size": size, "steps": len(times[i]), "seconds": statistics.fmean(times[i]) if times[i] else None,
-             "accepted": statistics.fmean(accepted[i]) if accepted[i] else 0.0} for i, size in enumerate(sizes)]
-    return Sizing(proposer.name, statistics.fmean(plain_times), rows, measured_s=time.perf_counter() - t0)
+                    fed[i].append(step.fed)
+    widest = max((n for f in fed.values() for n in f), default=1)
+    sizing = Sizing(proposer.name, statistics.fmean(plain_times), [], forward_costs(target, widest))
+    sizing.shapes = [{"size": size, "steps": len(times[i]), "seconds": statistics.fmean(times[i]) if times[i] else None,
+                      "accepted": statistics.fmean(accepted[i]) if accepted[i] else 0.0,
+                      "forward_s": statistics.fmean(map(sizing.forward_s, fed[i])) if fed[i] else None}
+                     for i, size in enumerate(sizes)]
+    sizing.measured_s = time.perf_counter() - t0
+    return sizing
+
+
+def forward_costs(target, widest: int) -> dict[str, float]:
+    """F(n) for n = 1, 2, 4, 8, 12, 16, 24, 32, 48, ... up to past `widest`: the median seconds of
+    the target's forward over n tokens (a chain after 128 cached ones) and its LM head, timed in turn
+    (`timing.py`)."""
+    widths = [1, 2, 4, 8, 12, 16, 24, 32]
+    while widths[-1] < widest:
+        widths.append(widths[-1] + 16)
+    widths = [n for n in widths if n < target.config.n_ctx // 2]
+    calls = {}
+    for n in widths:
+        fn, reset = forward_call(target, 1, n, 128, chain(n - 1) if n > 1 else None)
+        calls[n] = (lambda fn=fn: target.lm_head(fn()[0]), reset)
+    return {str(n): s for n, s in interleaved_medians(calls, target.lm_head.weight.device, rounds=5).items()}
 
 
 def device_name(device: torch.device) -> str:
