@@ -125,12 +125,44 @@ def tinyspec_home(tmp_path_factory):
 def caches_in_a_temporary_home(monkeypatch, tinyspec_home):
     """tinyspec's own folder (`files.home`: the sizing cache, the corpus, figures) is a temporary
     one, shared across the session as a user's is, so the tests never read or fill the user's
-    (commands the tests start as subprocesses inherit it). A method named without a size is sized
-    on first use (`sizing.py`): on one held-out prompt a category instead of two (the plumbing is
-    the same)."""
+    (commands the tests start as subprocesses inherit it). A method at --size auto is sized on
+    first use (`sizing.py`): here on 12 tokens a prompt instead of 32 (the plumbing is the same)."""
     from tinyspec.speed import sizing
     monkeypatch.setenv("TINYSPEC_HOME", str(tinyspec_home))
-    monkeypatch.setattr(sizing, "PER_CATEGORY", 1)
+    monkeypatch.setattr(sizing, "NEW_TOKENS", 12)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tokenizers_read_once():
+    """Every command a test runs loads its tokenizer afresh, as a user's process does: 8,192 base64
+    lines parsed, hashed into the fingerprint and handed to tiktoken, some 35 ms, and the fast suite
+    runs about 170 commands. In the tests' one process a file is read once per name and contents:
+    the same file gives the Encoding loaded before, a changed one is loaded anew, and a missing or
+    bad one fails as it always does (`tokenizer.load_tokenizer`, which test_tokenizer.py tests)."""
+    from tinyspec import tokenizer
+    original, loaded = tokenizer.load_tokenizer, {}
+
+    def load_tokenizer(path):
+        try:
+            key = (Path(path).stem, Path(path).read_bytes())
+        except OSError:
+            return original(path)  # its own error
+        if key not in loaded:
+            loaded[key] = original(path)
+        return loaded[key]
+    with pytest.MonkeyPatch.context() as mp:
+        for name, module in list(sys.modules.items()):  # every tinyspec module that imported it by name
+            if name.startswith("tinyspec") and getattr(module, "load_tokenizer", None) is original:
+                mp.setattr(module, "load_tokenizer", load_tokenizer)
+        yield
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory):
+    """The --data-dir of the tests that train (--stdlib-only): the first prepares the corpus there
+    (`data.prepare`: the standard library tokenized, seconds), the others find it ready, as a
+    user's second training run does."""
+    return tmp_path_factory.mktemp("data")
 
 
 def refused(main, argv, capsys) -> str:
@@ -156,6 +188,33 @@ def generations(target, proposer=None, prompts=((3, 4),), sampling=None, seeds=N
     prompts = [list(p) for p in prompts]
     generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
     return run_batch(d.batch_steps(prompts, sampling or Sampling(0.0), generators), len(prompts), n)
+
+
+def sampled_rows(decoder, prompts, sampling, n_samples, n=3, batch=300):
+    """n_samples runs of n tokens for each of `prompts` with `decoder` (a Decoder), as [[Result] per
+    prompt]: the runs are the rows of batches of up to `batch` rows, the prompts alternating, and the
+    j-th row of the whole draw samples with its own generator seeded j (one prompt: run j is seed
+    j's, as a loop over seeds draws it). Every row is judged alone, with its own generator, on its
+    own slice of the logits (decoding.py), so its output is distributed exactly as a batch-1 run's
+    whatever rows are beside it: thousands of samples cost tens of batched forwards, not thousands."""
+    from tinyspec.decoding import run_batch
+    runs, total = [[] for _ in prompts], len(prompts) * n_samples
+    for first in range(0, total, batch):
+        size = min(batch, total - first)
+        rows = [list(prompts[(first + i) % len(prompts)]) for i in range(size)]
+        generators = [torch.Generator().manual_seed(first + i) for i in range(size)]
+        for i, res in enumerate(run_batch(decoder.batch_steps(rows, sampling, generators), size, n)):
+            runs[(first + i) % len(prompts)].append(res)
+    return runs
+
+
+def token_counts(runs, vocab, n=3) -> torch.Tensor:
+    """(vocab^n,): how many of `runs` (Results) began with each text of n tokens, the text's index
+    its tokens as digits in base vocab, the first the most significant."""
+    counts = torch.zeros(vocab ** n)
+    for res in runs:
+        counts[sum(t * vocab ** (n - 1 - i) for i, t in enumerate(res.token_ids[:n]))] += 1
+    return counts
 
 
 def plain_tokens(target, prompt, n=40, sampling=None, seed=None):

@@ -26,7 +26,7 @@ from tinyspec.speed import policy as policy_module
 from tinyspec.tree import Tree
 
 from conftest import (Coin, assert_cache_holds, counting_sequences, generations, plain_tokens, random_gpt,
-                      random_heads, random_tree)
+                      random_heads, random_tree, sampled_rows, token_counts)
 from test_eagle import random_head
 from test_lookahead import Seeded
 from test_speculative import chi_square, critical_value, perturbed, save_target_and_draft
@@ -154,13 +154,26 @@ def mixed_prompts(n, seed):
     return out
 
 
+@pytest.fixture(scope="module")
+def plain_alone(models):
+    """Plain decoding's Result for a prompt alone (batch 1, 40 tokens), decoded once per prompt:
+    every method's rows are held to the same references."""
+    done = {}
+
+    def result(prompt):
+        if tuple(prompt) not in done:
+            done[tuple(prompt)] = generations(models["target"], None, [prompt], n=40)[0]
+        return done[tuple(prompt)]
+    return result
+
+
 @pytest.mark.parametrize("name", METHODS)
-def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
+def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, plain_alone, name):
     d = decoder(models, name)
     uneven = False  # some batch's rows accepted different numbers of proposals: they advanced unevenly
     for B in range(1, 9):
         prompts = mixed_prompts(B, seed=B)
-        plain = [generations(models["target"], None, [p], n=40)[0] for p in prompts]
+        plain = [plain_alone(p) for p in prompts]
         rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * B), B, 40)
         for b, (row, alone) in enumerate(zip(rows, plain)):
             assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
@@ -239,7 +252,7 @@ def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
 V = 8
 SAMPLING = Sampling(1.0, top_k=4)  # 4 tokens per step: 64 three-token continuations
 PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # rows alternate;
-ROWS = 32  # every token occurs in both, so prompt lookup always proposes
+# every token occurs in both, so prompt lookup always proposes
 
 
 @pytest.fixture(scope="module")
@@ -251,29 +264,23 @@ def tiny_vocab():
                 heads=random_heads(16, 2, seed=2, scale=1.0), eagle=random_head(target, 2, 2.0), pools=seeded_pools(target))
 
 
-def row_counts(steps_for, n_samples: int, n: int = 3):
-    """Counts of each prompt's first n tokens over n_samples rows of it, ROWS rows a batch (prompts
-    alternating), each row with its own seed; and the rows whose run proposed anything."""
-    counts, proposing = [torch.zeros(V ** n) for _ in PROMPTS], 0
-    for first in range(0, len(PROMPTS) * n_samples, ROWS):  # (n_samples a multiple of ROWS / len(PROMPTS))
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
-        rows = run_batch(steps_for(prompts, [torch.Generator().manual_seed(first + i) for i in range(ROWS)]), ROWS, n)
-        for i, r in enumerate(rows):
-            counts[i % len(PROMPTS)][sum(t * V ** (n - 1 - j) for j, t in enumerate(r.token_ids))] += 1
-            proposing += r.proposed > 0
-    return counts, proposing
+def row_counts(d: Decoder, n_samples: int, n: int = 3):
+    """Counts of each prompt's first n tokens over n_samples rows of it, rows of batches (prompts
+    alternating), each row with its own seed (`sampled_rows`); and the rows whose run proposed anything."""
+    runs = sampled_rows(d, PROMPTS, SAMPLING, n_samples, n)
+    return [token_counts(r, V, n) for r in runs], sum(res.proposed > 0 for r in runs for res in r)
 
 
-def assert_rows_have_the_target_distribution(tiny, steps_for, n_samples=6000):
-    counts, proposing = row_counts(steps_for, n_samples)
+def assert_rows_have_the_target_distribution(tiny, d, n_samples=6000):
+    counts, proposing = row_counts(d, n_samples)
     for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
         stat, dof = chi_square(c, exact)
         assert stat < critical_value(dof), f"prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
     return proposing
 
 
-def assert_caught(tiny, steps_for, n_samples=3000):
-    counts, _ = row_counts(steps_for, n_samples)
+def assert_caught(tiny, d, n_samples=3000):
+    counts, _ = row_counts(d, n_samples)
     stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{stats}: the planted bug went unnoticed"
 
@@ -291,11 +298,6 @@ def tiny_decoder(tiny, name):
         "lookahead": lambda: (Seeded(t, tiny["pools"]), "3,3,3", "pointmass"),  # row i starts from pools[i % 2]
     }[name]()
     return Decoder(t, proposer, size, rule=rule)
-
-
-def tiny_loop(tiny, name):
-    d = tiny_decoder(tiny, name)
-    return lambda ps, gs: d.batch_steps(ps, SAMPLING, gs)
 
 
 def seeded_pools(target):
@@ -319,7 +321,7 @@ def seeded_pools(target):
                                              ("lookup", 6000), ("eagle", 3008), ("lookahead", 6000)])
 def test_every_row_has_the_target_distribution(tiny_vocab, name, n_samples):
     """n_samples rows of each prompt (EAGLE and lookahead draft row by row, in Python: fewer)."""
-    proposing = assert_rows_have_the_target_distribution(tiny_vocab, tiny_loop(tiny_vocab, name), n_samples)
+    proposing = assert_rows_have_the_target_distribution(tiny_vocab, tiny_decoder(tiny_vocab, name), n_samples)
     assert name == "ar" or proposing == len(PROMPTS) * n_samples  # every row verified proposals, not only plain steps
 
 
@@ -355,7 +357,7 @@ def test_sizes_chosen_from_what_was_accepted_keep_the_target_distribution(tiny_v
     proposer, sizes = {"draft": (DraftModel(t, tiny_vocab["draft"]), ["1", "3"]),
                        "eagle": (Eagle(t, tiny_vocab["eagle"]), ["2,2,4", "1,3,3"])}[name]
     d = Decoder(t, proposer, policy=Echo(sizes), rule="lossless")
-    assert assert_rows_have_the_target_distribution(tiny_vocab, lambda ps, gs: d.batch_steps(ps, SAMPLING, gs), 3008) > 0
+    assert assert_rows_have_the_target_distribution(tiny_vocab, d, 3008) > 0
 
 
 @pytest.mark.slow
@@ -365,7 +367,7 @@ def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab, monkeypatch):
     from tinyspec.methods import draft as draft_module
     monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "torch.cat([q[b, :1], q[b, :kb]])",
                                                       "torch.cat([q[b, :1], q[b - 1, :kb]])", DraftModel))
-    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "draft"))
+    assert_caught(tiny_vocab, tiny_decoder(tiny_vocab, "draft"))
 
 
 @pytest.mark.slow
@@ -373,7 +375,7 @@ def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatc
     """A planted batching bug: row b's tree judged by the target's logits of row b - 1."""
     monkeypatch.setattr(decoding, "verify", mutant(decoding, "verify", "sampling.probs(judged[b])",
                                                    "sampling.probs(judged[b - 1])"))
-    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))
+    assert_caught(tiny_vocab, tiny_decoder(tiny_vocab, "medusa"))
 
 
 # ---- Medusa at --size auto in a batch: speculate or not, per step ------------------------------

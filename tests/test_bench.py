@@ -263,8 +263,10 @@ def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys,
     for name in ("val", "val-packages"):
         np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
     monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    # validation reads windows as long as the target's context: a short one (room for each category's first prompt)
+    random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
     evaluate.main(["--methods", "ar,draft:2,lookup:4", "--prompts-per-category", "1", "--max-new-tokens", "8",
-                   "--model", str(files / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
+                   "--model", str(tmp_path / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
                    "--save", str(tmp_path / "q.json")])
     report = json.loads((tmp_path / "q.json").read_text())
     assert set(report["validation_loss"]) == {"val", "val-packages"} and report["validation_loss"]["val"] > 0

@@ -10,7 +10,6 @@ import torch
 
 from tinyspec.commands import generate, specs
 from tinyspec.commands.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
-from tinyspec.decoding import run
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods import eagle as eagle_module
@@ -18,7 +17,8 @@ from tinyspec.methods.eagle import Eagle, EagleHead, grow_sampled_tree, grow_tre
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree, from_choices, save_tree
 
-from conftest import CountingCorpus, counting_sequences, drive, generations, plain_tokens, random_gpt, refused
+from conftest import (CountingCorpus, counting_sequences, drive, generations, plain_tokens, random_gpt, refused,
+                      sampled_rows, token_counts)
 from test_speculative import chi_square, critical_value
 
 
@@ -210,12 +210,13 @@ def test_greedy_eagle_equals_plain_decoding(counting_gpt, trained_head):
     g = torch.Generator().manual_seed(0)
     prompts = [counting_sequences(1, rng.randint(3, 10), 32, g)[0].tolist() for _ in range(2)]
     prompts += [[rng.randrange(32) for _ in range(rng.randint(1, 10))] for _ in range(2)]  # not counting
+    plain = [plain_tokens(counting_gpt, prompt, 32) for prompt in prompts]
     accepted = rejected = 0
     for head in (trained_head, random_head(counting_gpt, 1, scale=3.0)):
         for size, tree in SETTINGS:
-            for prompt in prompts:
+            for prompt, expected in zip(prompts, plain):
                 res = generations(counting_gpt, Eagle(counting_gpt, head, tree=tree), [prompt], n=32, size=size)[0]
-                assert res.token_ids == plain_tokens(counting_gpt, prompt, 32), f"{size or tree}, prompt {prompt}"
+                assert res.token_ids == expected, f"{size or tree}, prompt {prompt}"
                 accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 200 and rejected > 20  # long accepted paths and corrections both happened
 
@@ -289,21 +290,16 @@ def tiny_vocab():
 def three_token_counts(target, head, rule, n, patch=None, size=None, tree=None):
     """Counts of the first three generated tokens over seeds 0..n-1 (each from a tree step).
     patch: (name, function) replacing a function of methods/eagle.py for the run (a planted bug)."""
-    counts, from_tree = torch.zeros(V ** 3), 0
     name, fn = patch or ("grow_tree", eagle_module.grow_tree)
     original = getattr(eagle_module, name)
     setattr(eagle_module, name, fn)
     d = Decoder(target, Eagle(target, head, tree=tree), size, rule=rule)
     try:
-        for seed in range(n):
-            res = run(d.steps(PROMPT, SAMPLING, torch.Generator().manual_seed(seed)), 3)
-            out = res.token_ids
-            counts[(out[0] * V + out[1]) * V + out[2]] += 1
-            from_tree += res.proposed > 0
+        [runs] = sampled_rows(d, [PROMPT], SAMPLING, n)
     finally:
         setattr(eagle_module, name, original)
-    assert from_tree == n  # tokens 2 and 3 always came from a tree step
-    return counts
+    assert all(res.proposed > 0 for res in runs)  # tokens 2 and 3 always came from a tree step
+    return token_counts(runs, V)
 
 
 TREE = dict(size="2,3,6")  # a dynamic tree that branches at every depth
@@ -408,13 +404,13 @@ def test_bench_names_eagle_rows():
 
 
 @pytest.mark.slow
-def test_train_eagle_command_writes_head_card_and_resumes(tmp_path):
+def test_train_eagle_command_writes_head_card_and_resumes(corpus_dir, tmp_path):
     from tinyspec.commands import train
     target = tmp_path / "target.safetensors"
     random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
     argv = ["eagle", "--target", str(target), "--sequences", "32", "--prompt-len", "8", "--gen-len", "24",
             "--gen-batch", "16", "--steps", "6", "--batch-size", "4", "--checkpoint-every", "3",
-            "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--run-dir", str(tmp_path / "run"),
+            "--data-dir", str(corpus_dir), "--stdlib-only", "--run-dir", str(tmp_path / "run"),
             "--medusa-run-dir", str(tmp_path / "none"), "--out", str(tmp_path / "e.safetensors")]
     train.main(argv)
     head = EagleHead.load(tmp_path / "e.safetensors")

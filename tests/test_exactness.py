@@ -20,7 +20,7 @@ from tinyspec.speed import auto
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
 
-from conftest import plain_tokens, random_gpt, random_heads
+from conftest import plain_tokens, random_gpt, random_heads, sampled_rows, token_counts
 from test_eagle import random_head
 from test_lookup import exact_distribution
 from test_speculative import chi_square, critical_value
@@ -28,7 +28,7 @@ from test_speculative import chi_square, critical_value
 METHODS = ["draft", "medusa", "eagle", "lookup", "lookahead", "auto"]  # auto: Medusa, its size chosen per step
 V, N = 8, 2  # vocabulary, tokens compared
 PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # every token
-ROWS = 32  # occurs in both, so prompt lookup always proposes; rows alternate between the two prompts
+# occurs in both, so prompt lookup always proposes; rows alternate between the two prompts
 
 
 def method_of(name):
@@ -93,14 +93,8 @@ def decoder(m, method, rule, draft_vocab=None):
 
 
 def counts_of(d, sampling, n_samples):
-    counts, proposed = [torch.zeros(V ** N) for _ in PROMPTS], 0
-    for first in range(0, len(PROMPTS) * n_samples, ROWS):
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
-        generators = [torch.Generator().manual_seed(first + i) for i in range(ROWS)]
-        for i, r in enumerate(run_batch(d.batch_steps(prompts, sampling, generators), ROWS, N)):
-            counts[i % len(PROMPTS)][r.token_ids[0] * V + r.token_ids[1]] += 1
-            proposed += r.proposed
-    return counts, proposed
+    runs = sampled_rows(d, PROMPTS, sampling, n_samples, N)
+    return [token_counts(r, V, N) for r in runs], sum(res.proposed for r in runs for res in r)
 
 
 @pytest.mark.slow
@@ -124,17 +118,25 @@ def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"
 
 
-@pytest.mark.parametrize("method, rule", allowed(0.0))
-def test_every_combination_at_t0_is_plain_greedy_decoding(counting_gpt, method, rule):
-    """Each rule as named, through the loop itself: a Decoder judges every step at T = 0 with the
-    greedy rule, whatever was asked (`decoding.default_rule`)."""
+@pytest.fixture(scope="module")
+def counting(counting_gpt):
+    """The trained counting model with a draft, Medusa heads and an EAGLE head (none is changed by a
+    decoder), four prompts, and plain decoding's 24 tokens after each: what every combination writes."""
     from test_batch import mixed_prompts
     from test_speculative import perturbed
-    m = dict(target=counting_gpt, draft=perturbed(counting_gpt, 0.5, 1), heads=with_accuracy(random_heads(32, 3, seed=1)),
-             eagle=random_head(counting_gpt, 1, 3.0))
-    d = decoder(m, method, rule)
     prompts = mixed_prompts(4, seed=3)
-    plain = [plain_tokens(counting_gpt, p, 24) for p in prompts]
+    models = dict(target=counting_gpt, draft=perturbed(counting_gpt, 0.5, 1),
+                  heads=with_accuracy(random_heads(32, 3, seed=1)), eagle=random_head(counting_gpt, 1, 3.0))
+    return models, prompts, [plain_tokens(counting_gpt, p, 24) for p in prompts]
+
+
+@pytest.mark.parametrize("method, rule", allowed(0.0))
+def test_every_combination_at_t0_is_plain_greedy_decoding(counting, method, rule):
+    """Each rule as named, through the loop itself: a Decoder judges every step at T = 0 with the
+    greedy rule, whatever was asked (`decoding.default_rule`)."""
+    m, prompts, plain = counting
+    counting_gpt = m["target"]
+    d = decoder(m, method, rule)
     loop = lambda ps: decode(counting_gpt, d.proposer, ps, Sampling(0.0), [None] * len(ps), d.shapes, d.policy, rule)
     rows = run_batch(loop(prompts), 4, 24)
     assert [r.token_ids for r in rows] == plain
@@ -166,13 +168,10 @@ def test_a_reduced_draft_vocabulary_keeps_the_target_distribution(fresh, method,
     assert proposed > 0
 
 
-def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_output(counting_gpt):
-    from test_batch import mixed_prompts
-    from test_speculative import perturbed
-    draft, subset = perturbed(counting_gpt, 0.5, 1), torch.arange(0, 32, 2)  # the even tokens only
-    prompts = mixed_prompts(4, seed=3)
-    plain = [plain_tokens(counting_gpt, p, 24) for p in prompts]
-    d = Decoder(counting_gpt, DraftModel(counting_gpt, draft, subset), "3")
+def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_output(counting):
+    m, prompts, plain = counting
+    counting_gpt, subset = m["target"], torch.arange(0, 32, 2)  # the even tokens only
+    d = Decoder(counting_gpt, DraftModel(counting_gpt, m["draft"], subset), "3")
     for p, expected in zip(prompts, plain):
         res = run_batch(d.steps(p, Sampling(0.0), None), 1, 24)[0]
         assert res.token_ids == expected

@@ -9,12 +9,12 @@ import torch
 
 from tinyspec import verify
 from tinyspec.commands import generate, specs
-from tinyspec.decoding import run
 from tinyspec.methods import Decoder
 from tinyspec.methods.lookup import NgramIndex, PromptLookup
 from tinyspec.sampling import Sampling
 
-from conftest import assert_cache_holds, counting_sequences, drive, generations, plain_tokens, random_gpt
+from conftest import (assert_cache_holds, counting_sequences, drive, generations, plain_tokens, random_gpt, sampled_rows,
+                      token_counts)
 from test_speculative import chi_square, critical_value
 
 
@@ -118,14 +118,11 @@ def exact_distribution(target, prompt, sampling, n):
     return table.flatten()
 
 
-def sample_counts(steps_for_seed, n_samples, n=3):
-    """Counts of the first n tokens over seeds 0..n_samples-1, and how many runs proposed anything."""
-    counts, proposing = torch.zeros(V ** n), 0
-    for seed in range(n_samples):
-        res = run(steps_for_seed(seed), n)
-        counts[sum(t * V ** (n - 1 - i) for i, t in enumerate(res.token_ids))] += 1
-        proposing += res.proposed > 0
-    return counts, proposing
+def sample_counts(d, prompt, n_samples, n=3):
+    """Counts of the first n tokens of Decoder d's runs on `prompt` over seeds 0..n_samples-1
+    (sampling with SAMPLING), and how many runs proposed anything."""
+    [runs] = sampled_rows(d, [prompt], SAMPLING, n_samples, n)
+    return token_counts(runs, V, n), sum(res.proposed > 0 for res in runs)
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +138,7 @@ def tiny_vocab():
 def lookup_counts(tiny_vocab, n_samples):
     model, prompt, _ = tiny_vocab
     d = Decoder(model, PromptLookup(model, 2), "3", rule="pointmass")
-    counts, proposing = sample_counts(lambda seed: d.steps(prompt, SAMPLING, torch.Generator().manual_seed(seed)),
-                                      n_samples)
+    counts, proposing = sample_counts(d, prompt, n_samples)
     assert proposing == n_samples  # every token occurs in the prompt: every run verified a lookup
     return counts
 

@@ -170,8 +170,7 @@ def tiny_vocab():
 def rest_counts(tiny_vocab, n_samples):
     model, prompt, _, store = tiny_vocab
     d = Decoder(model, Rest(model, store), "2,4", rule="pointmass")
-    counts, proposing = sample_counts(lambda seed: d.steps(prompt, SAMPLING, torch.Generator().manual_seed(seed)),
-                                      n_samples)
+    counts, proposing = sample_counts(d, prompt, n_samples)
     assert proposing > n_samples // 2  # most runs verified a tree from the corpus
     return counts
 

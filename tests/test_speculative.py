@@ -14,8 +14,8 @@ from tinyspec.decoding import run
 from tinyspec.sampling import Sampling
 from tinyspec.speed.policy import Policy
 
-from conftest import (Coin, assert_cache_holds, drive, generations, looped, plain_tokens, random_gpt,
-                      refused)
+from conftest import (Coin, assert_cache_holds, drive, generations, looped, plain_tokens, random_gpt, refused,
+                      sampled_rows, token_counts)
 
 
 def perturbed(model, noise, seed):
@@ -40,16 +40,16 @@ def models():
 def test_greedy_equals_plain_decoding_for_every_k_and_draft(models):
     target, drafts = models
     rng = random.Random(0)
+    cases = [(name, k, [rng.randrange(64) for _ in range(rng.randint(1, 12))])
+             for name in drafts for k in range(1, 9) for _ in range(3)]
+    plain = generations(target, None, [prompt for _, _, prompt in cases], n=40)  # rows of one batch: each its batch-1 tokens
+    proposers = {name: DraftModel(target, draft) for name, draft in drafts.items()}
     accepted_somewhere, rejected_somewhere = False, False
-    for name, draft in drafts.items():
-        proposer = DraftModel(target, draft)
-        for k in range(1, 9):
-            for _ in range(3):
-                prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-                spec = generations(target, proposer, [prompt], n=40, size=str(k))[0]
-                assert spec.token_ids == plain_tokens(target, prompt, 40), f"draft {name}, k={k}, prompt {prompt}"
-                accepted_somewhere |= spec.accepted > 0
-                rejected_somewhere |= spec.rejections > 0
+    for (name, k, prompt), alone in zip(cases, plain):
+        spec = generations(target, proposers[name], [prompt], n=40, size=str(k))[0]
+        assert spec.token_ids == alone.token_ids, f"draft {name}, k={k}, prompt {prompt}"
+        accepted_somewhere |= spec.accepted > 0
+        rejected_somewhere |= spec.rejections > 0
     assert accepted_somewhere and rejected_somewhere  # both branches of the rule were exercised
 
 
@@ -143,12 +143,9 @@ def critical_value(dof, z=4.26):
 def speculative_samples(target, draft, sampling, k, n, rule=None):
     """Counts of the first three tokens over seeds 0..n-1: the prefill's (the target's own), then
     the first speculative step's two."""
-    counts = torch.zeros(V ** 3)
     d = Decoder(target, DraftModel(target, draft), str(k), rule=rule)
-    for seed in range(n):
-        out = run(d.steps(PROMPT, sampling, torch.Generator().manual_seed(seed)), 3).token_ids
-        counts[(out[0] * V + out[1]) * V + out[2]] += 1
-    return counts
+    [runs] = sampled_rows(d, [PROMPT], sampling, n)
+    return token_counts(runs, V)
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +189,7 @@ def test_acceptance_rule_reproduces_p_for_fixed_distributions():
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(6)
     n = 20000
-    for _ in range(n):
-        draft = torch.multinomial(q[0], 1, generator=g)
+    for draft in torch.multinomial(q[0], n, replacement=True, generator=g).view(n, 1):  # the n proposals, drawn at once
         accepted, token = accept_or_resample(p, q, draft, g)
         counts[int(draft) if accepted else int(token)] += 1
     stat, dof = chi_square(counts, p[0])

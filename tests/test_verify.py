@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from tinyspec import verify
-from tinyspec.decoding import run
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import accept_or_resample
 from tinyspec.methods.medusa import Medusa
 from tinyspec.sampling import Sampling, sample
 from tinyspec.tree import Tree, chain
 
-from conftest import random_gpt, random_heads
+from conftest import random_gpt, random_heads, sampled_rows, token_counts
 from test_speculative import chi_square, critical_value
 
 
@@ -41,15 +40,10 @@ def exact_three_token_distribution(target):
 
 
 def three_token_counts(target, heads, rule, n):
-    counts, from_tree = torch.zeros(V ** 3), 0
     d = Decoder(target, Medusa(target, heads, tree=BRANCHING), rule=rule)
-    for seed in range(n):
-        res = run(d.steps(PROMPT, SAMPLING, torch.Generator().manual_seed(seed)), 3)
-        out = res.token_ids
-        counts[(out[0] * V + out[1]) * V + out[2]] += 1
-        from_tree += res.proposed > 0
-    assert from_tree == n  # tokens 2 and 3 always came from a tree step, never a plain fallback
-    return counts
+    [runs] = sampled_rows(d, [PROMPT], SAMPLING, n)
+    assert all(res.proposed > 0 for res in runs)  # tokens 2 and 3 always came from a tree step, never a plain fallback
+    return token_counts(runs, V)
 
 
 @pytest.fixture(scope="module")
@@ -120,16 +114,20 @@ def test_pointmass_without_removing_rejected_siblings_is_caught(tiny_vocab, monk
 def chain_outputs(accept, p1, p2, p3, q1, q2, n, seed=0):
     """Counts of the first two tokens emitted when a 2-token chain x1 ~ q1, x2 ~ q2[x1] is judged by
     `accept` against the target p1, p2[x1], p3[x1, x2]; after a rejection at x1 the second token
-    comes from the target itself, as the next step would draw it. Also the mean accepted count."""
+    comes from the target itself, as the next step would draw it. Also the mean accepted count.
+    The n runs' chains, and a next step's token after each possible first one, are drawn at once
+    up front; the rule then judges run after run, drawing its own coins."""
     g = torch.Generator().manual_seed(seed)
     W = len(p1)
+    x1s = sample(q1.expand(n, W), g)  # (n,)
+    x2s = sample(q2[x1s], g)  # (n,): each after its own x1
+    nexts = sample(p2[:, None].expand(W, n, W), g)  # (W, n): run i's next token after a first token t is nexts[t, i]
     counts, accepted = torch.zeros(W * W), 0
-    for _ in range(n):
-        x1 = sample(q1, g)
-        x2 = sample(q2[x1], g)
+    for i in range(n):
+        x1, x2 = x1s[i], x2s[i]
         drafts = torch.stack([x1, x2])
         k, token = accept(torch.stack([p1, p2[x1], p3[x1, x2]]), torch.stack([q1, q2[x1]]), drafts, g)
-        out = (drafts[:k].tolist() + [int(token)] + [int(sample(p2[token], g))])[:2]
+        out = (drafts[:k].tolist() + [int(token)] + [int(nexts[token, i])])[:2]
         counts[out[0] * W + out[1]] += 1
         accepted += k
     return counts, accepted / n

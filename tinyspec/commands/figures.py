@@ -5,6 +5,7 @@
     python -m tinyspec figures bench                     # redraws the benchmark's figures from docs/bench.json
     python -m tinyspec figures eagle-tree eagle-costs    # chapter 8's tree (text) and its costs, printed
     python -m tinyspec figures tables                    # refills the docs' benchmark tables from the saved report
+    python -m tinyspec figures tour --out docs           # times the README's tour, as a new user runs it
 
 - `residual`: the worked example of walkthrough chapter 5, p, q, min(p, q) and the residual as
   bars (residual.png);
@@ -23,7 +24,9 @@
 - `tables`: every table of README.md and walkthrough.md marked `<!-- bench: FILE columns=... -->`
   refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has; with
   `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs);
-  `tests/test_docs.py` checks each cell against FILE independently.
+  `tests/test_docs.py` checks each cell against FILE independently;
+- `tour`: every command of the README's tour that runs on a CPU, in order, each a new process with an
+  empty sizing cache (first use), timed, and whether its output shows accepted proposals (tour.json).
 
 matplotlib is needed (`pip install -e ".[plot]"`). Figures go to --out: by default a folder in
 tinyspec's own (`files.home`), never into the checkout unless asked (`--out docs/figures` redraws the
@@ -35,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import time
 from functools import partial
 from pathlib import Path
 
@@ -50,7 +54,7 @@ from ..speed.timing import forward_call, interleaved_medians, interleaved_times
 from ..tree import chain
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
-FIGURES = ("residual", "speedup", "cost", "bench", "eagle-tree", "eagle-costs", "tables")
+FIGURES = ("residual", "speedup", "cost", "bench", "eagle-tree", "eagle-costs", "tables", "tour")
 COST_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 13, 16, 17, 20, 24, 32, 33, 42, 48, 64)  # 9: lookup:8; 17, 33: 16- and 32-node trees
 
 
@@ -360,6 +364,37 @@ def bench_rows(path: str) -> list[dict]:
     return rows
 
 
+def tour(out: Path) -> Path:
+    """Every command of the README's tour that runs on a CPU (no --cuda-graph, no `bench report`), in
+    order, each a new process as a reader runs it, with an empty tinyspec folder (sizing on first
+    use): its wall time, and whether it speculated (accepted proposals in its output)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+    import tempfile
+    from ..speed.sizing import device_name
+    block = (ROOT / "README.md").read_text().split("## A 60-second tour", 1)[1].split("```bash", 1)[1].split("```")[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line.startswith("python -m tinyspec")]
+    commands = [c for c in commands if "--cuda-graph" not in c and "report" not in c]
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, TINYSPEC_HOME=folder, NO_COLOR="1")
+        for argv in commands:
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True)
+            if p.returncode:
+                die(f"the tour's `{shlex.join(argv)}` failed: {p.stderr.strip().splitlines()[-1:]}")
+            rows.append({"command": shlex.join(argv), "seconds": round(time.perf_counter() - t0, 2),
+                         "speculated": "acceptance" in p.stderr or '"accepted_tokens"' in p.stdout})
+            print(f"{rows[-1]['seconds']:6.1f} s  {rows[-1]['command']}")
+    report = {"device": f"{device_name(torch.device('cpu'))}, {os.cpu_count()} cores", "torch": torch.__version__,
+              "command": f"python -m tinyspec figures tour --out {shown(out)}", "commands": rows,
+              "rows": [{"commands": len(rows), "wall_s": round(sum(r["seconds"] for r in rows), 1)}]}
+    atomic_write_json(out / "tour.json", report)
+    return out / "tour.json"
+
+
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec figures", description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=examples(*[
@@ -421,6 +456,8 @@ def main(argv=None) -> None:
     if "eagle-costs" in args.figures:
         set_threads(args.threads, torch.device("cpu"))
         eagle_costs(args.model, args.eagle)
+    if "tour" in args.figures:
+        written.append(tour(out))
     if written:
         print("\n".join(map(str, written)))
 

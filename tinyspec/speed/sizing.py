@@ -163,12 +163,12 @@ class Sizing:
 
 @torch.no_grad()
 def measure(target, proposer: Proposer, rule: str | None, prompts: list[list[int]], sampling: Sampling,
-            sizes: list[str], seed: int = 0, new_tokens: int = NEW_TOKENS,
+            sizes: list[str], seed: int = 0, new_tokens: int | None = None,
             progress: Callable[[str], None] | None = None) -> Sizing:
     """C and A of every size of `proposer` in `sizes`, and C(plain), decoding `prompts` (one warm-up
     pass on the first, untimed)."""
     n_ctx = target.config.n_ctx
-    new_tokens = min(new_tokens, n_ctx // 4)  # a small context: shorter runs, the ends of the prompts
+    new_tokens = min(new_tokens or NEW_TOKENS, n_ctx // 4)  # a small context: shorter runs, the ends of the prompts
     longest = max(proposer.room(proposer.shape(s)) for s in sizes)
     prompts = [p[-(n_ctx - new_tokens - longest - 2):] for p in prompts]
     decoders = [Decoder(target, proposer, size, rule=rule) for size in sizes]
