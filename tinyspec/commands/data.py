@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..files import atomic_write_json, atomic_write_text, home
+from ..speed.sizing import device_name
 from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, run_main, shown
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -293,15 +294,17 @@ def datastore_card(store, path: Path, args) -> str:
     """The datastore's card: what it holds, its size on disk and in memory, and its build time."""
     c = store.card
     memory = (store.tokens.nbytes + store.backwards.nbytes + store.order.nbytes + store.key.nbytes) / 2**20
+    order = "stored beside the tokens" if c["tokens"] > 2_000_000 else "sorted again when it loads"
     return f"""# {path.stem}
 
 - what: the datastore of `--method rest` (`tinyspec/methods/rest.py`): {c['tokens']:,} tokens of {c['modules']} whole
-  modules of the training split ({', '.join(f'{n} {v}' for n, v in c['corpus'].items())}; {c['of_modules']} modules in all),
-  drawn with seed {c['seed']},
-  documents ending in <|endoftext|>; the suffix array of the reversed text {'is stored beside them' if c['tokens'] >
-  2_000_000 else 'is sorted again when it loads'} ({c['build_s']:.1f} s here)
-- on disk: {path.stat().st_size / 2**20:.1f} MB (safetensors); in memory: {memory:.0f} MB; a step's lookup (the
-  match, its continuations, the tree) takes {c['lookup_us']:.0f} us here, the mean over the held-out sizing prompts
+  modules of the training split ({', '.join(f'{n} {v}' for n, v in c['corpus'].items())}; {c['of_modules']} modules in
+  all), drawn with seed {c['seed']}, each ending in <|endoftext|>
+- the suffix array of the reversed text: {order}; sorting it took {c['build_s']:.1f} s on
+  {device_name(torch.device('cpu'))}, one thread
+- on disk: {path.stat().st_size / 2**20:.1f} MB (safetensors); in memory: {memory:.0f} MB
+- a step's lookup (the match, its continuations, their tree of B = 4) takes {c['lookup_us']:.0f} us on that CPU, the mean
+  over every position of the held-out sizing prompts
 - reproduce: `{command}`
 """
 
