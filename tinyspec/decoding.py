@@ -129,6 +129,11 @@ class Setting:
     high: int | None = None
 
 
+# the setting of every method that proposes a tree (Medusa, EAGLE): a fixed shape instead of its size's
+STATIC_TREE = Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
+                      "(Cai et al.'s choice list), instead of the size's tree")
+
+
 class Proposer:
     """A decoding method, as the loop and the commands see it. This base proposes nothing: it is
     plain decoding. A method is a subclass in a file of its own under `methods/`, which says:

@@ -391,7 +391,8 @@ def build_parser() -> ArgumentParser:
                             "python -m tinyspec data                  # download, tokenize, print the data card",
                             "python -m tinyspec data --stdlib-only    # the standard library alone (nothing downloaded)",
                             "python -m tinyspec data prompts          # regenerate tinyspec/prompts.jsonl",
-                            "python -m tinyspec data third-party-prompts   # prompts of code no model has read"))
+                            "python -m tinyspec data third-party-prompts   # prompts of code no model has read",
+                            "python -m tinyspec data datastore --stdlib-only   # --method rest's datastore, a million tokens"))
     ap.add_argument("what", nargs="?", choices=["corpus", "prompts", "third-party-prompts", "datastore"],
                     default="corpus", help="what to build: the corpus, the standard library's benchmark prompts, "
                     "prompts of held-out third-party packages (HELD_OUT_PACKAGES, downloaded with pip), or the "

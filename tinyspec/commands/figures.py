@@ -390,7 +390,8 @@ def tour(out: Path) -> Path:
             print(f"{rows[-1]['seconds']:6.1f} s  {rows[-1]['command']}")
     report = {"device": f"{device_name(torch.device('cpu'))}, {os.cpu_count()} cores", "torch": torch.__version__,
               "command": f"python -m tinyspec figures tour --out {shown(out)}", "commands": rows,
-              "rows": [{"commands": len(rows), "wall_s": round(sum(r["seconds"] for r in rows), 1)}]}
+              "rows": [{"commands": len(rows), "speculated": sum(r["speculated"] for r in rows),
+                        "wall_s": round(sum(r["seconds"] for r in rows), 1)}]}
     atomic_write_json(out / "tour.json", report)
     return out / "tour.json"
 

@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from ..decoding import Proposal, Proposer, Row, Setting, Verified, Weights
+from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
 from ..files import atomic_save_tensors, read_tensors
 from ..kvcache import KVCache
 from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
@@ -314,8 +314,7 @@ class Eagle(Proposer):
     proposes = "a tree"
     weights = Weights("--eagle", "eagle.safetensors", EagleHead, "an EAGLE head", "python -m tinyspec train eagle",
                       "block.")
-    settings = {"tree": Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
-                                "(Cai et al.'s choice list), instead of the size's tree")}
+    settings = {"tree": STATIC_TREE}
     reduced_vocab = True
     default_size = "2,4,8"
     # top_k = 1 is a chain: two head forwards for depth 2, where a small model's fixed cost per

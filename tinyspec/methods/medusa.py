@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..decoding import Proposal, Proposer, Row, Setting, Verified, Weights
+from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, sample
@@ -121,8 +121,7 @@ class Medusa(Proposer):
     proposes = "a tree"
     weights = Weights("--heads", "medusa.safetensors", MedusaHeads, "Medusa heads", "python -m tinyspec train medusa",
                       "blocks.")
-    settings = {"tree": Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
-                                "(Cai et al.'s choice list), instead of the size's tree")}
+    settings = {"tree": STATIC_TREE}
     reduced_vocab = True
     default_size = "4"
     sizes = ("2", "4", "8", "16")
