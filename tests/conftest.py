@@ -1,5 +1,7 @@
 import os
 import random
+import sys
+from pathlib import Path
 
 import torch
 
@@ -15,11 +17,13 @@ import pytest  # noqa: E402
 # the README are with this setting.
 torch.set_num_threads(1)
 
-from tinyspec.cli import WEIGHTS
-from tinyspec.medusa import MedusaHeads
+from tinyspec.kvcache import KVCache
+from tinyspec.methods.medusa import MedusaHeads
 from tinyspec.model import GPT, GPTConfig
 from tinyspec.tokenizer import load_tokenizer
 from tinyspec.tree import Tree
+
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights"  # the shipped weights and tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -105,9 +109,11 @@ def random_tree(n, depth, seed):
 @pytest.fixture(autouse=True)
 def no_downloads(monkeypatch):
     """Nothing is downloaded by the tests: a test that would build the packages' corpus fails here
-    (training commands in tests pass --stdlib-only; tests of the download itself fake pip)."""
-    from tinyspec import data
-    monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
+    (training commands in tests pass --stdlib-only; tests of the download itself fake pip). Only the
+    corpus command downloads: where no test module has loaded it, nothing can."""
+    data = sys.modules.get("tinyspec.commands.data")
+    if data is not None:
+        monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
 
 
 @pytest.fixture(scope="session")
@@ -119,12 +125,44 @@ def tinyspec_home(tmp_path_factory):
 def caches_in_a_temporary_home(monkeypatch, tinyspec_home):
     """tinyspec's own folder (`files.home`: the sizing cache, the corpus, figures) is a temporary
     one, shared across the session as a user's is, so the tests never read or fill the user's
-    (commands the tests start as subprocesses inherit it). A method named without a size is sized
-    on first use (`sizing.py`): on one held-out prompt a category instead of two (the plumbing is
-    the same)."""
-    from tinyspec import sizing
+    (commands the tests start as subprocesses inherit it). A method at --size auto is sized on
+    first use (`sizing.py`): here on 12 tokens a prompt instead of 32 (the plumbing is the same)."""
+    from tinyspec.speed import sizing
     monkeypatch.setenv("TINYSPEC_HOME", str(tinyspec_home))
-    monkeypatch.setattr(sizing, "PER_CATEGORY", 1)
+    monkeypatch.setattr(sizing, "NEW_TOKENS", 12)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tokenizers_read_once():
+    """Every command a test runs loads its tokenizer afresh, as a user's process does: 8,192 base64
+    lines parsed, hashed into the fingerprint and handed to tiktoken, some 35 ms, and the fast suite
+    runs about 170 commands. In the tests' one process a file is read once per name and contents:
+    the same file gives the Encoding loaded before, a changed one is loaded anew, and a missing or
+    bad one fails as it always does (`tokenizer.load_tokenizer`, which test_tokenizer.py tests)."""
+    from tinyspec import tokenizer
+    original, loaded = tokenizer.load_tokenizer, {}
+
+    def load_tokenizer(path):
+        try:
+            key = (Path(path).stem, Path(path).read_bytes())
+        except OSError:
+            return original(path)  # its own error
+        if key not in loaded:
+            loaded[key] = original(path)
+        return loaded[key]
+    with pytest.MonkeyPatch.context() as mp:
+        for name, module in list(sys.modules.items()):  # every tinyspec module that imported it by name
+            if name.startswith("tinyspec") and getattr(module, "load_tokenizer", None) is original:
+                mp.setattr(module, "load_tokenizer", load_tokenizer)
+        yield
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory):
+    """The --data-dir of the tests that train (--stdlib-only): the first prepares the corpus there
+    (`data.prepare`: the standard library tokenized, seconds), the others find it ready, as a
+    user's second training run does."""
+    return tmp_path_factory.mktemp("data")
 
 
 def refused(main, argv, capsys) -> str:
@@ -135,3 +173,116 @@ def refused(main, argv, capsys) -> str:
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
     return err
+
+
+# ---- decoding through the one loop ------------------------------------------------------------
+
+def generations(target, proposer=None, prompts=((3, 4),), sampling=None, seeds=None, n=40, **decoder):
+    """The Results of decoding `prompts` together (a batch of len(prompts) rows) with `proposer`
+    (default: plain decoding) through `Decoder(target, proposer, **decoder)` (size=, policy=, rule=);
+    row i samples with a generator seeded seeds[i] (default: none, for greedy)."""
+    from tinyspec.decoding import run_batch
+    from tinyspec.methods import Decoder
+    from tinyspec.sampling import Sampling
+    d = Decoder(target, proposer, **decoder)
+    prompts = [list(p) for p in prompts]
+    generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
+    return run_batch(d.batch_steps(prompts, sampling or Sampling(0.0), generators), len(prompts), n)
+
+
+def sampled_rows(decoder, prompts, sampling, n_samples, n=3, batch=300):
+    """n_samples runs of n tokens for each of `prompts` with `decoder` (a Decoder), as [[Result] per
+    prompt]: the runs are the rows of batches of up to `batch` rows, the prompts alternating, and the
+    j-th row of the whole draw samples with its own generator seeded j (one prompt: run j is seed
+    j's, as a loop over seeds draws it). Every row is judged alone, with its own generator, on its
+    own slice of the logits (decoding.py), so its output is distributed exactly as a batch-1 run's
+    whatever rows are beside it: thousands of samples cost tens of batched forwards, not thousands."""
+    from tinyspec.decoding import run_batch
+    runs, total = [[] for _ in prompts], len(prompts) * n_samples
+    for first in range(0, total, batch):
+        size = min(batch, total - first)
+        rows = [list(prompts[(first + i) % len(prompts)]) for i in range(size)]
+        generators = [torch.Generator().manual_seed(first + i) for i in range(size)]
+        for i, res in enumerate(run_batch(decoder.batch_steps(rows, sampling, generators), size, n)):
+            runs[(first + i) % len(prompts)].append(res)
+    return runs
+
+
+def token_counts(runs, vocab, n=3) -> torch.Tensor:
+    """(vocab^n,): how many of `runs` (Results) began with each text of n tokens, the text's index
+    its tokens as digits in base vocab, the first the most significant."""
+    counts = torch.zeros(vocab ** n)
+    for res in runs:
+        counts[sum(t * vocab ** (n - 1 - i) for i, t in enumerate(res.token_ids[:n]))] += 1
+    return counts
+
+
+def plain_tokens(target, prompt, n=40, sampling=None, seed=None):
+    """Plain decoding's tokens for one prompt (the reference every method is held to)."""
+    return generations(target, None, [prompt], sampling, None if seed is None else [seed], n)[0].token_ids
+
+
+class Coin:
+    """A policy that picks one of `sizes`, or a plain step, at random every step: whatever it
+    chooses, the output must be the target's."""
+
+    def __init__(self, sizes, seed=0, plain=True):
+        self.promise, self.rng, self.plain = {s: 1.0 for s in sizes}, random.Random(seed), plain
+        self.chosen = []
+
+    def choose(self, rows):
+        size = self.rng.choice(([None] if self.plain else []) + list(self.promise))
+        self.chosen.append(size)
+        return size
+
+    def update(self, accepted, size, rows):
+        pass
+
+    def reset(self):
+        pass
+
+    def may_speculate(self, rows):
+        return True
+
+
+def looped(target, proposer=None, prompts=((3, 4),), size=None, rule="greedy", sampling=None, seeds=None, n=40,
+           policy=None, cache=None):
+    """Like `generations`, but through the loop itself (`decoding.decode`), judged by `rule` as named:
+    a Decoder judges every step at temperature 0 with the greedy rule (`decoding.default_rule`), so
+    a test that holds another rule to greedy decoding at T = 0 calls the loop. size: every step's
+    (default: the method's default size), or policy: a chooser of the sizes it promises; cache: the
+    target's (to look inside it afterwards)."""
+    from tinyspec.decoding import Proposer, decode, run_batch
+    from tinyspec.sampling import Sampling
+    proposer = proposer or Proposer()
+    sizes = list(policy.promise) if policy is not None else [s for s in [size or proposer.default_size] if s]
+    prompts = [list(p) for p in prompts]
+    generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
+    steps = decode(target, proposer, prompts, sampling or Sampling(0.0), generators,
+                   {s: proposer.shape(s) for s in sizes}, policy, rule, cache)
+    return run_batch(steps, len(prompts), n)
+
+
+def drive(steps, prompts, n):
+    """Drives a loop (`Decoder.steps`, `decoding.decode`) through its first n yields (the prefill's
+    and n - 1 steps) and leaves it there, its caches as they are. Returns each row's text (prompt +
+    tokens so far) and what each yield gave ([{row: Step}])."""
+    texts, produced = [list(p) for p in prompts], [next(steps)]
+    while True:
+        for row, step in produced[-1].items():
+            texts[row] += step.tokens
+        if len(produced) == n:
+            return texts, produced
+        produced.append(steps.send([]))
+
+
+def assert_cache_holds(model, cache, text, row=0):
+    """Row `row` of `cache` holds exactly what plain decoding of text[:length] builds, one token at a
+    time (the cache after speculative steps, against the one plain decoding builds)."""
+    n = cache.lengths[row]
+    expected = KVCache.for_model(model, max(n, 1))
+    with torch.no_grad():
+        for t in text[:n]:
+            model(torch.tensor([[t]], device=cache.k.device), cache=expected)
+    torch.testing.assert_close(cache.k[:, row, :, :n], expected.k[:, 0, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.v[:, row, :, :n], expected.v[:, 0, :, :n], atol=1e-5, rtol=1e-5)

@@ -3,33 +3,36 @@ equal plain decoding token for token (B = 1..8, prompts of mixed lengths, every 
 rows equal their batch-1 run with the same generator, and have the target's distribution
 (statistically, per row, with planted bugs that must be caught); each row's cache equals the one
 plain decoding builds."""
-import importlib
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import auto, bench, decoding, generate
-from tinyspec.decoding import autoregressive, feed, run, run_batch
-from tinyspec.eagle import eagle
+from tinyspec import decoding
+from tinyspec.commands import bench, generate
+from tinyspec.decoding import decode, default_rule, feed, run_batch
 from tinyspec.kvcache import KVCache
-from tinyspec.lookahead import NgramPool, lookahead
-from tinyspec.lookup import lookup
-from tinyspec.medusa import medusa
+from tinyspec.methods import Decoder
+from tinyspec.methods.draft import DraftModel
+from tinyspec.methods.eagle import Eagle
+from tinyspec.methods.lookahead import Lookahead, NgramPool
+from tinyspec.methods.lookup import PromptLookup
+from tinyspec.methods.medusa import Medusa
 from tinyspec.model import causal_mask, prefix_mask
 from tinyspec.sampling import Sampling
-from tinyspec.speculative import speculative
+from tinyspec.speed import auto
+from tinyspec.speed import policy as policy_module
 from tinyspec.tree import Tree
 
-from conftest import counting_sequences, random_gpt, random_heads, random_tree
+from conftest import (Coin, assert_cache_holds, counting_sequences, generations, plain_tokens, random_gpt,
+                      random_heads, random_tree, sampled_rows, token_counts)
 from test_eagle import random_head
+from test_lookahead import Seeded
 from test_speculative import chi_square, critical_value, perturbed, save_target_and_draft
 from test_verify import mutant
 
 TOL = dict(atol=1e-5, rtol=1e-5)
-speculative_module = importlib.import_module("tinyspec.speculative")  # the module; `speculative` is its loop
-medusa_module = importlib.import_module("tinyspec.medusa")
 
 
 # ---- the cache and the forward ----------------------------------------------------------------
@@ -116,26 +119,25 @@ def models(counting_gpt):
                 tree=random_tree(10, 3, seed=0))
 
 
-def methods(m, temperature: float):
-    """name -> (batch-1 loop, batched loop), functions of (prompt(s), sampling, generator(s)); the
-    batched one also takes the target's KVCache (default: its own)."""
-    tree_rule = "greedy" if temperature == 0 else "lossless"
-    fixed_rule = "greedy" if temperature == 0 else "pointmass"
+def decoder(m, name: str) -> Decoder:
+    """Method `name` over the models, at a fixed size, judged by the default rules (greedy at
+    T = 0; above it lossless, or pointmass for fixed tokens)."""
     t = m["target"]
-    return {
-        "ar": (lambda p, s, g: autoregressive(t, [p], s, [g], 64),
-               lambda ps, s, gs, c=None: autoregressive(t, ps, s, gs, 64, c)),
-        "draft": (lambda p, s, g: speculative(t, m["draft"], [p], s, [g], 64, 3),
-                  lambda ps, s, gs, c=None: speculative(t, m["draft"], ps, s, gs, 64, 3, c and (c, None))),
-        "medusa": (lambda p, s, g: medusa(t, m["heads"], [p], s, [g], 64, m["tree"], tree_rule),
-                   lambda ps, s, gs, c=None: medusa(t, m["heads"], ps, s, gs, 64, m["tree"], tree_rule, c)),
-        "lookup": (lambda p, s, g: lookup(t, [p], s, [g], 64, 4, 3, fixed_rule),
-                   lambda ps, s, gs, c=None: lookup(t, ps, s, gs, 64, 4, 3, fixed_rule, c)),
-        "eagle": (lambda p, s, g: eagle(t, m["eagle"], [p], s, [g], 64, tree_rule, 2, 3, 6),
-                  lambda ps, s, gs, c=None: eagle(t, m["eagle"], ps, s, gs, 64, tree_rule, 2, 3, 6, cache=c)),
-        "lookahead": (lambda p, s, g: lookahead(t, [p], s, [g], 64, 3, 3, 2, fixed_rule),
-                      lambda ps, s, gs, c=None: lookahead(t, ps, s, gs, 64, 3, 3, 2, fixed_rule, c)),
-    }
+    proposer, size = {
+        "ar": lambda: (None, None),
+        "draft": lambda: (DraftModel(t, m["draft"]), "3"),
+        "medusa": lambda: (Medusa(t, m["heads"], tree=m["tree"]), None),
+        "lookup": lambda: (PromptLookup(t, 3), "4"),
+        "eagle": lambda: (Eagle(t, m["eagle"]), "2,3,6"),
+        "lookahead": lambda: (Lookahead(t), "3,3,2"),
+    }[name]()
+    return Decoder(t, proposer, size)
+
+
+def loop(d: Decoder, prompts, sampling, generators, cache=None):
+    """d's loop for a batch of prompts, with the target's KVCache given (to look inside it)."""
+    return decode(d.target, d.proposer, prompts, sampling, generators, d.shapes, d.policy,
+                  default_rule(d.proposer, d.rule, sampling.temperature), cache)
 
 
 METHODS = ["ar", "draft", "medusa", "lookup", "eagle", "lookahead"]
@@ -152,14 +154,27 @@ def mixed_prompts(n, seed):
     return out
 
 
+@pytest.fixture(scope="module")
+def plain_alone(models):
+    """Plain decoding's Result for a prompt alone (batch 1, 40 tokens), decoded once per prompt:
+    every method's rows are held to the same references."""
+    done = {}
+
+    def result(prompt):
+        if tuple(prompt) not in done:
+            done[tuple(prompt)] = generations(models["target"], None, [prompt], n=40)[0]
+        return done[tuple(prompt)]
+    return result
+
+
 @pytest.mark.parametrize("name", METHODS)
-def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
-    batched = methods(models, 0.0)[name][1]
+def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, plain_alone, name):
+    d = decoder(models, name)
     uneven = False  # some batch's rows accepted different numbers of proposals: they advanced unevenly
     for B in range(1, 9):
         prompts = mixed_prompts(B, seed=B)
-        plain = [run(autoregressive(models["target"], [p], Sampling(0.0), [None], 64), 40) for p in prompts]
-        rows = run_batch(batched(prompts, Sampling(0.0), [None] * B), B, 40)
+        plain = [plain_alone(p) for p in prompts]
+        rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * B), B, 40)
         for b, (row, alone) in enumerate(zip(rows, plain)):
             assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
             assert row.stop_reason == alone.stop_reason
@@ -172,12 +187,11 @@ def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, name):
 def test_sampled_rows_equal_their_batch_one_run_with_the_same_generator(models, name):
     """Each row draws from its own generator in the order it would alone, so a batch of 6 rows
     writes, row by row, what 6 batch-1 runs with the same seeds write (float32; only a rounding
-    difference in a forward could move a sample across a boundary, and none does here). Away
-    from the end of the context: there the draft's k is the least any row has room for."""
-    one, batched = methods(models, 1.0)[name]
-    prompts, s = [p[:12] for p in mixed_prompts(6, seed=10)], Sampling(1.0)
-    alone = [run(one(p, s, torch.Generator().manual_seed(i)), 30).token_ids for i, p in enumerate(prompts)]
-    rows = run_batch(batched(prompts, s, [torch.Generator().manual_seed(i) for i in range(6)]), 6, 30)
+    difference in a forward could move a sample across a boundary, and none does here)."""
+    d, s = decoder(models, name), Sampling(1.0)
+    prompts = [p[:12] for p in mixed_prompts(6, seed=10)]
+    alone = [run_batch(d.steps(p, s, torch.Generator().manual_seed(i)), 1, 30)[0].token_ids for i, p in enumerate(prompts)]
+    rows = run_batch(d.batch_steps(prompts, s, [torch.Generator().manual_seed(i) for i in range(6)]), 6, 30)
     assert [r.token_ids for r in rows] == alone
 
 
@@ -188,8 +202,8 @@ def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
     t = models["target"]
     prompts = mixed_prompts(5, seed=20)
     cache = KVCache.for_model(t, 64 + 32, 5)
-    loop = methods(models, temperature)[name][1]
-    steps = loop(prompts, Sampling(temperature), [torch.Generator().manual_seed(i) for i in range(5)], cache)
+    steps = loop(decoder(models, name), prompts, Sampling(temperature), [torch.Generator().manual_seed(i) for i in range(5)],
+                 cache)
     texts = [list(p) for p in prompts]
     produced = next(steps)
     for i in range(9):
@@ -199,21 +213,15 @@ def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
             produced = steps.send([])
     assert len(produced) >= 3  # most rows are still in the batch, the cache holding only theirs
     for b, row in enumerate(sorted(produced)):
-        n = cache.lengths[b]
-        assert n == len(texts[row]) - 1  # everything but the newest token, not fed yet
-        alone = KVCache.for_model(t, 64)
-        with torch.no_grad():
-            for token in texts[row][:n]:
-                t(torch.tensor([[token]]), cache=alone)
-        torch.testing.assert_close(cache.k[:, b, :, :n], alone.k[:, 0, :, :n], **TOL)
-        torch.testing.assert_close(cache.v[:, b, :, :n], alone.v[:, 0, :, :n], **TOL)
+        assert cache.lengths[b] == len(texts[row]) - 1  # everything but the newest token, not fed yet
+        assert_cache_holds(t, cache, texts[row], b)
 
 
 def stop_token_for_some_rows(target, prompts, n):
     """A stop token that some rows' plain continuations (n tokens) hold and others do not, picked
     from what this machine's model writes: which tokens a random model writes depends on float
     details of the CPU, so no fixed token can be relied on to end some rows and not others."""
-    texts = [set(run(autoregressive(target, [p], Sampling(0.0), [None], 64), n).token_ids) for p in prompts]
+    texts = [set(plain_tokens(target, p, n)) for p in prompts]
     candidates = sorted(set.union(*texts) - set.intersection(*texts), key=lambda x: -sum(x in t for t in texts))
     assert candidates, "every row wrote the same tokens: no stop token ends some rows only"
     return candidates[0]
@@ -226,13 +234,14 @@ def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
     forward computes for the others alone (the cache has fewer rows)."""
     t, prompts = models["target"], [p[:12] for p in mixed_prompts(6, seed=30)]  # room for 30 tokens each
     stop = stop_token_for_some_rows(t, prompts, 30)
-    plain = [run(autoregressive(t, [p], Sampling(0.0), [None], 64), 30, stop_id=stop) for p in prompts]
-    rows = run_batch(methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=stop)
+    plain = [run_batch(Decoder(t).steps(p, Sampling(0.0), None), 1, 30, stop_id=stop)[0] for p in prompts]
+    d = decoder(models, name)
+    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=stop)
     assert [r.token_ids for r in rows] == [r.token_ids for r in plain]
     assert [r.stop_reason for r in rows] == [r.stop_reason for r in plain]
     assert {r.stop_reason for r in rows} == {"eot", "length"}
     cache = KVCache.for_model(t, 64 + 32, 6)
-    steps = methods(models, 0.0)[name][1](prompts, Sampling(0.0), [None] * 6, cache)
+    steps = loop(d, prompts, Sampling(0.0), [None] * 6, cache)
     assert sorted(next(steps)) == list(range(6))
     produced = steps.send([1, 4])
     assert sorted(produced) == [0, 2, 3, 5] and cache.rows == 4
@@ -243,7 +252,7 @@ def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
 V = 8
 SAMPLING = Sampling(1.0, top_k=4)  # 4 tokens per step: 64 three-token continuations
 PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # rows alternate;
-ROWS = 32  # every token occurs in both, so prompt lookup always proposes
+# every token occurs in both, so prompt lookup always proposes
 
 
 @pytest.fixture(scope="module")
@@ -255,46 +264,40 @@ def tiny_vocab():
                 heads=random_heads(16, 2, seed=2, scale=1.0), eagle=random_head(target, 2, 2.0), pools=seeded_pools(target))
 
 
-def row_counts(steps_for, n_samples: int, n: int = 3):
-    """Counts of each prompt's first n tokens over n_samples rows of it, ROWS rows a batch (prompts
-    alternating), each row with its own seed; and the rows whose run proposed anything."""
-    counts, proposing = [torch.zeros(V ** n) for _ in PROMPTS], 0
-    for first in range(0, len(PROMPTS) * n_samples, ROWS):  # (n_samples a multiple of ROWS / len(PROMPTS))
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
-        rows = run_batch(steps_for(prompts, [torch.Generator().manual_seed(first + i) for i in range(ROWS)]), ROWS, n)
-        for i, r in enumerate(rows):
-            counts[i % len(PROMPTS)][sum(t * V ** (n - 1 - j) for j, t in enumerate(r.token_ids))] += 1
-            proposing += r.proposed > 0
-    return counts, proposing
+def row_counts(d: Decoder, n_samples: int, n: int = 3):
+    """Counts of each prompt's first n tokens over n_samples rows of it, rows of batches (prompts
+    alternating), each row with its own seed (`sampled_rows`); and the rows whose run proposed anything."""
+    runs = sampled_rows(d, PROMPTS, SAMPLING, n_samples, n)
+    return [token_counts(r, V, n) for r in runs], sum(res.proposed > 0 for r in runs for res in r)
 
 
-def assert_rows_have_the_target_distribution(tiny, steps_for, n_samples=6000):
-    counts, proposing = row_counts(steps_for, n_samples)
+def assert_rows_have_the_target_distribution(tiny, d, n_samples=6000):
+    counts, proposing = row_counts(d, n_samples)
     for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
         stat, dof = chi_square(c, exact)
         assert stat < critical_value(dof), f"prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
     return proposing
 
 
-def assert_caught(tiny, steps_for, n_samples=3000):
-    counts, _ = row_counts(steps_for, n_samples)
+def assert_caught(tiny, d, n_samples=3000):
+    counts, _ = row_counts(d, n_samples)
     stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{stats}: the planted bug went unnoticed"
 
 
-def tiny_loop(tiny, name):
-    t, s = tiny["target"], SAMPLING
-    return {
-        "ar": lambda ps, gs: autoregressive(t, ps, s, gs, 32),
-        "draft": lambda ps, gs: speculative(t, tiny["draft"], ps, s, gs, 32, 2),
-        "medusa": lambda ps, gs: medusa(t, tiny["heads"], ps, s, gs, 32, Tree((-1, -1, 0, 1)), "lossless"),
-        "medusa-pointmass": lambda ps, gs: medusa(t, tiny["heads"], ps, s, gs, 32,
-                                                              Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)), "pointmass"),
-        "lookup": lambda ps, gs: lookup(t, ps, s, gs, 32, 3, 2, "pointmass"),
-        "eagle": lambda ps, gs: eagle(t, tiny["eagle"], ps, s, gs, 32, "lossless", 2, 2, 4),
-        "lookahead": lambda ps, gs: lookahead(t, ps, s, gs, 32, 3, 3, 3, "pointmass",
-                                                          pools=copies(tiny["pools"])),
-    }[name]
+def tiny_decoder(tiny, name):
+    t = tiny["target"]
+    proposer, size, rule = {
+        "ar": lambda: (None, None, None),
+        "draft": lambda: (DraftModel(t, tiny["draft"]), "2", None),
+        "medusa": lambda: (Medusa(t, tiny["heads"], tree=Tree((-1, -1, 0, 1))), None, "lossless"),
+        "medusa-pointmass": lambda: (Medusa(t, tiny["heads"], tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0))), None,
+                                     "pointmass"),
+        "lookup": lambda: (PromptLookup(t, 2), "3", "pointmass"),
+        "eagle": lambda: (Eagle(t, tiny["eagle"]), "2,2,4", "lossless"),
+        "lookahead": lambda: (Seeded(t, tiny["pools"]), "3,3,3", "pointmass"),  # row i starts from pools[i % 2]
+    }[name]()
+    return Decoder(t, proposer, size, rule=rule)
 
 
 def seeded_pools(target):
@@ -313,74 +316,69 @@ def seeded_pools(target):
     return pools
 
 
-def copies(pools):
-    """A fresh copy of its prompt's pool for each of ROWS rows: every row starts from the same pool."""
-    out = []
-    for i in range(ROWS):
-        pool = NgramPool(pools[i % len(PROMPTS)].size)
-        pool.table = {a: dict(d) for a, d in pools[i % len(PROMPTS)].table.items()}
-        out.append(pool)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name, n_samples", [("ar", 6000), ("draft", 6000), ("medusa", 6000), ("medusa-pointmass", 6000),
                                              ("lookup", 6000), ("eagle", 3008), ("lookahead", 6000)])
 def test_every_row_has_the_target_distribution(tiny_vocab, name, n_samples):
     """n_samples rows of each prompt (EAGLE and lookahead draft row by row, in Python: fewer)."""
-    proposing = assert_rows_have_the_target_distribution(tiny_vocab, tiny_loop(tiny_vocab, name), n_samples)
+    proposing = assert_rows_have_the_target_distribution(tiny_vocab, tiny_decoder(tiny_vocab, name), n_samples)
     assert name == "ar" or proposing == len(PROMPTS) * n_samples  # every row verified proposals, not only plain steps
 
 
 class Echo:
-    """A chooser whose choice depends on what was drawn: a plain step after a step that accepted
-    nothing, else the next of its shapes in turn. A size chosen from past acceptance, as
+    """A policy whose choice depends on what was drawn: a plain step after a step that accepted
+    nothing, else the next of its sizes in turn. A size chosen from past acceptance, as
     `policy.Policy` chooses, must leave every row with the target's distribution."""
 
-    def __init__(self, shapes: dict):
-        self.shapes, self.largest, self.turn, self.last = shapes, max(shapes), 0, 1
+    def __init__(self, sizes):
+        self.promise, self.turn, self.last = dict.fromkeys(sizes, 1.0), 0, 1
 
     def choose(self, rows):
         if not self.last:
             self.last = 1
             return None
         self.turn += 1
-        return list(self.shapes.values())[self.turn % len(self.shapes)]
+        return list(self.promise)[self.turn % len(self.promise)]
 
-    def update(self, accepted, shape, rows=None):
+    def update(self, accepted, size, rows):
         self.last = sum(accepted)
 
     def reset(self):
         pass
 
+    def may_speculate(self, rows):
+        return True
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["draft", "eagle"])
 def test_sizes_chosen_from_what_was_accepted_keep_the_target_distribution(tiny_vocab, name):
-    t, s = tiny_vocab["target"], SAMPLING
-    loop = {"draft": lambda ps, gs: speculative(t, tiny_vocab["draft"], ps, s, gs, 32, Echo({1: 1, 3: 3})),
-            "eagle": lambda ps, gs: eagle(t, tiny_vocab["eagle"], ps, s, gs, 32, "lossless",
-                                          total_tokens=Echo({4: (2, 2, 4), 3: (1, 3, 3)}))}[name]
-    assert assert_rows_have_the_target_distribution(tiny_vocab, loop, 3008) > 0
+    t = tiny_vocab["target"]
+    proposer, sizes = {"draft": (DraftModel(t, tiny_vocab["draft"]), ["1", "3"]),
+                       "eagle": (Eagle(t, tiny_vocab["eagle"]), ["2,2,4", "1,3,3"])}[name]
+    d = Decoder(t, proposer, policy=Echo(sizes), rule="lossless")
+    assert assert_rows_have_the_target_distribution(tiny_vocab, d, 3008) > 0
 
 
 @pytest.mark.slow
-def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab):
+def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab, monkeypatch):
     """A planted batching bug: row b's proposals judged against q of row b - 1 (an off-by-one
     in the per-row loop). Rows of different prompts have different q: the output drifts."""
-    bad = mutant(speculative_module, "speculative", "accept(p[b], q[b],", "accept(p[b], q[b - 1],")
-    assert_caught(tiny_vocab, lambda ps, gs: bad(tiny_vocab["target"], tiny_vocab["draft"], ps, SAMPLING, gs, 32, 2))
+    from tinyspec.methods import draft as draft_module
+    monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "torch.cat([q[b, :1], q[b, :kb]])",
+                                                      "torch.cat([q[b, :1], q[b - 1, :kb]])", DraftModel))
+    assert_caught(tiny_vocab, tiny_decoder(tiny_vocab, "draft"))
 
 
 @pytest.mark.slow
 def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatch):
     """A planted batching bug: row b's tree judged by the target's logits of row b - 1."""
-    monkeypatch.setattr(medusa_module, "verify_trees", mutant(decoding, "verify_trees", "inputs[b], all_logits[b],",
-                                                              "inputs[b], all_logits[b - 1],"))
-    assert_caught(tiny_vocab, tiny_loop(tiny_vocab, "medusa"))
+    monkeypatch.setattr(decoding, "verify", mutant(decoding, "verify", "sampling.probs(judged[b])",
+                                                   "sampling.probs(judged[b - 1])"))
+    assert_caught(tiny_vocab, tiny_decoder(tiny_vocab, "medusa"))
 
 
-# ---- --method auto: speculate or not, per step ------------------------------------------------
+# ---- Medusa at --size auto in a batch: speculate or not, per step ------------------------------
 
 def accuracy_heads(seed=1):
     heads = random_heads(32, 3, seed=seed)
@@ -394,64 +392,81 @@ def costs(free_up_to: int):
     return (lambda rows, t: max(1.0, rows * t / free_up_to)), (lambda rows: 0.1 * rows)
 
 
+class Clock:
+    """The policy's clock, made up: `seconds` pass between a step's choice and its update."""
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def timed_step(policy, clock, rows, size, seconds):
+    """A step of `size` (None: plain) at `rows` rows that takes `seconds` by the policy's clock and
+    accepts as promised (nothing reported)."""
+    clock.now = 0.0
+    policy.choose(rows)  # the step starts with its choice
+    clock.now = seconds
+    policy.update([], size, rows)
+
+
 def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gpt):
     policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16))
     assert policy.choose(1) is not None  # at batch 1 a forward of 17 tokens costs what one of 1 does
     assert policy.choose(16) is None  # at batch 16 a tree multiplies the forward's cost
     for _ in range(30):  # the text at hand is much harder than held-out text: nothing is ever accepted
-        policy.update([0, 0], policy.trees[2])
+        policy.update([0, 0], "2", 2)
     assert policy.choose(1) is None
 
 
 def test_probes_back_off_where_speculation_does_not_pay(counting_gpt):
     policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16), probe_every=4)
     for _ in range(20):
-        policy.update([0], policy.trees[2])
+        policy.update([0], "2", 1)
     probes = [t is not None for t in (policy.choose(2) for _ in range(200))]
     assert sum(probes) == 8  # after 4, 8 and 16 plain steps, then every 32 (8 probe_every), not every 4th
     policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
     assert not any(policy.choose(4) for _ in range(100))  # where no tree could ever pay, no probes at all
 
 
-def test_timed_steps_correct_the_costs(counting_gpt):
+def test_timed_steps_correct_the_costs(counting_gpt, monkeypatch):
     """Forwards alone say a tree pays at batch 4; whole tree steps that take three times their forward
     (work the forward does not count) say it does not, and the policy follows the clock. The
-    correction is per shape: plain steps timed at their forward keep no extra, and what steps cost
+    correction is per size: plain steps timed at their forward keep no extra, and what steps cost
     at one batch size says nothing about another."""
+    clock = Clock()
+    monkeypatch.setattr(policy_module, "time", clock)
     policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=64))
     assert policy.choose(4) is not None
-    for size, tree in policy.trees.items():
-        policy.update([], tree, rows=4, seconds=3 * policy.seconds(size, 4))  # acceptance as promised
-    policy.update([], None, rows=4, seconds=policy.seconds(0, 4))
+    for size in policy.promise:
+        timed_step(policy, clock, 4, size, 3 * policy.seconds(size, 4))
+    timed_step(policy, clock, 4, None, policy.seconds(None, 4))
     assert policy.choose(4) is None
-    assert policy.extra[0, 4] == 0 and all(policy.extra[s, 4] > 0 for s in policy.trees)
+    assert policy.extra[None, 4] == 0 and all(policy.extra[s, 4] > 0 for s in policy.promise)
     assert policy.choose(2) is not None  # not yet timed at 2 rows: the forwards decide
 
 
-def test_slow_plain_steps_at_one_row_do_not_make_trees_pay_at_sixteen(counting_gpt):
+def test_slow_plain_steps_at_one_row_do_not_make_trees_pay_at_sixteen(counting_gpt, monkeypatch):
     """A plain step at one row that takes ten times its forward (the per-step work of a loop, not
     of a row) must not make plain steps of sixteen rows look dear: there trees cost 17 forwards
     and the policy must stay plain (plain steps that are never chosen are never timed again)."""
+    clock = Clock()
+    monkeypatch.setattr(policy_module, "time", clock)
     policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
-    policy.update([], None, rows=1, seconds=10 * policy.seconds(0, 1))
+    timed_step(policy, clock, 1, None, 10 * policy.seconds(None, 1))
     assert policy.choose(16) is None
 
 
-class Coin(auto.BatchPolicy):
-    """A policy that picks a tree or a plain step at random: medusa_batch must handle any sequence."""
-    def choose(self, rows):
-        return random.choice([None, *self.trees.values()])
-
-
 def test_greedy_auto_equals_plain_decoding_whatever_the_policy_chooses(counting_gpt):
-    random.seed(0)
+    """Medusa's trees of every size of `auto`, or a plain step, chosen at random every step: the
+    batch must handle any sequence."""
     heads = accuracy_heads()
-    policy = Coin(counting_gpt, heads, costs=costs(16))
     prompts = mixed_prompts(6, seed=40)
-    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 40).token_ids for p in prompts]
-    rows = run_batch(medusa(counting_gpt, heads, prompts, Sampling(0.0), [None] * 6, 64, policy), 6, 40)
+    plain = [plain_tokens(counting_gpt, p, 40) for p in prompts]
+    coin = Coin([str(s) for s in (2, 4, 8, 16)], seed=0)
+    rows = generations(counting_gpt, Medusa(counting_gpt, heads), prompts, n=40, policy=coin)
     assert [r.token_ids for r in rows] == plain
-    assert 0 < sum(r.proposed > 0 for r in rows)
+    assert 0 < sum(r.proposed > 0 for r in rows) and None in coin.chosen
 
 
 def test_measured_policy_runs(counting_gpt):
@@ -459,8 +474,8 @@ def test_measured_policy_runs(counting_gpt):
     policy = auto.BatchPolicy(counting_gpt, heads, max_rows=3)
     assert policy.F(3, 1) > 0 and policy.H(2) > 0
     prompts = mixed_prompts(3, seed=41)
-    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 30).token_ids for p in prompts]
-    rows = run_batch(medusa(counting_gpt, heads, prompts, Sampling(0.0), [None] * 3, 64, policy), 3, 30)
+    plain = [plain_tokens(counting_gpt, p, 30) for p in prompts]
+    rows = generations(counting_gpt, Medusa(counting_gpt, heads), prompts, n=30, policy=policy)
     assert [r.token_ids for r in rows] == plain
 
 
@@ -488,16 +503,17 @@ def generated(argv, capsys) -> list[list[int]]:
 def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperature):
     """generate --batch-size B: every prompt's tokens are its batch-1 tokens (sampled too: each row
     has its own generator, seeded as the prompt alone would be), for B that divides the five
-    prompts and B that does not. Methods of a fixed size: a sized method's policy chooses from
-    what all rows accept, so its sampled draws (not their distribution) depend on the batch; its
-    greedy rows are plain decoding's whatever it chooses."""
+    prompts and B that does not, every method at its default size and at another. At --size auto
+    the policy chooses from what all rows accept, so its sampled draws (not their distribution)
+    depend on the batch; its greedy rows are plain decoding's whatever it chooses."""
     base = ["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "12", "--model",
             str(files / "target.safetensors"), "--json", "--temperature", temperature]
     plain = generated(base, capsys)
-    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--k", "3"],
-                  ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"],
-                  ["--method", "lookup", "--k", "4"], ["--method", "lookahead", "--guesses", "2"],
-                  ["--method", "eagle", "--eagle", str(files / "eagle.safetensors"), "--tree-nodes", "8"]):
+    for flags in ([], ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--size", "3"],
+                  ["--method", "draft", "--draft", str(files / "draft.safetensors")],
+                  ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--size", "8"],
+                  ["--method", "lookup", "--size", "4"], ["--method", "lookahead"],
+                  ["--method", "eagle", "--eagle", str(files / "eagle.safetensors"), "--size", "2,3,8"]):
         alone = generated(base + flags, capsys)
         if temperature == "0":
             assert alone == plain
@@ -505,10 +521,9 @@ def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperat
             assert generated(base + flags + ["--batch-size", size], capsys) == alone, f"{flags}, batch {size}"
     if temperature == "0":  # sized for the machine: whatever the policy chooses, plain decoding's tokens
         for flags in (["--method", "draft", "--draft", str(files / "draft.safetensors")], ["--method", "lookup"]):
-            assert generated(base + flags + ["--batch-size", "2"], capsys) == plain, flags
-    if temperature == "0":
-        auto = generated(base + ["--method", "auto", "--heads", str(files / "heads.safetensors"), "--batch-size", "3"],
-                         capsys)
+            assert generated(base + flags + ["--size", "auto", "--batch-size", "2"], capsys) == plain, flags
+        auto = generated(base + ["--method", "medusa", "--size", "auto", "--heads", str(files / "heads.safetensors"),
+                                 "--batch-size", "3"], capsys)  # Medusa's batch policy (speed/auto.py)
         assert auto == plain
 
 
@@ -524,7 +539,7 @@ def test_cli_batch_prints_each_text_and_the_batch_rate(files, capsys):
     (["--batch-size", "0"], "--batch-size"),
     (["--batch-size", "2", "--cuda-graph"], "batch size 1"),
     (["--batch-size", "2", "--attn", "triton"], "--attn torch"),
-    (["--method", "auto", "--heads", "{d}/none.safetensors"], "not found")])
+    (["--method", "medusa", "--size", "auto", "--batch-size", "2", "--heads", "{d}/none.safetensors"], "not found")])
 def test_cli_refuses_bad_batch_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
     with pytest.raises(SystemExit) as e:
@@ -533,34 +548,37 @@ def test_cli_refuses_bad_batch_settings(files, argv, message, capsys):
 
 
 def test_bench_batch_curve_reports_every_method_at_every_size(files, capsys):
-    bench.main(["--batch-sizes", "1,2,4", "--methods", "ar,medusa:4,lookup:4,auto", "--batch-prompts", "4",
+    bench.main(["--batch-sizes", "1,2,4", "--methods", "ar,medusa:4,lookup:4,medusa:auto", "--batch-prompts", "4",
                 "--max-new-tokens", "8", "--repeats", "1", "--temperatures", "0", "--json", "--no-hf",
                 "--model", str(files / "target.safetensors"), "--heads", str(files / "heads.safetensors")])
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
-    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ar", "medusa:4", "lookup:4", "auto")
+    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ar", "medusa:4", "lookup:4", "medusa:auto")
                                                                for b in (1, 2, 4)}
+    assert report["forward_ms"] and report["heads_ms"]  # what Medusa's batch policy measured
     for r in rows:
         assert r["same_as_ar"] == r["prompts"] == 4 and r["new_tokens"] == 32 and r["latency_s"] > 0
         assert r["tokens_per_s"] > 0 and (r["method"] != "ar" or r["speedup"] == 1)
     assert report["batch_sizes"] == [1, 2, 4]
 
 
-def test_bench_refuses_auto_without_batch_sizes(files, capsys):
+def test_the_old_auto_method_is_refused_with_its_new_name(files, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--methods", "ar,auto", "--model", str(files / "target.safetensors")])
-    assert e.value.code == 2 and "--batch-sizes" in capsys.readouterr().err
+    assert e.value.code == 2 and "auto: sized for this device" in capsys.readouterr().err
 
 
-def test_draft_rows_whose_prompt_fills_max_len_end_as_at_batch_one(models):
-    """The draft loop's max_len is the shorter of the two models' contexts, so a valid prompt can
-    reach it: at batch 1 a prompt of max_len tokens gets one token from the target alone and a
-    longer one ends at once ("context"); in a batch those rows must do the same, and the others go on."""
-    one, batched = methods(models, 0.0)["draft"]
-    prompts = [list(range(32)) * 2 + [1, 2], [3, 4, 5], list(range(32)) * 2, [7] * 63]
-    alone = [run(one(p, Sampling(0.0), None), 8) for p in prompts]
-    rows = run_batch(batched(prompts, Sampling(0.0), [None] * 4), 4, 8)
+def test_draft_rows_whose_prompt_fills_the_context_end_as_at_batch_one(counting_gpt):
+    """The loop's context is the shorter of the two models' (a draft of 48 positions here, the
+    target's 64), so a valid prompt can reach it: a row whose prompt fills it (or passes it) gets
+    its first token from the target alone and ends ("context"), one just short of it a plain step
+    more; in a batch those rows must do the same, and the others go on."""
+    d = Decoder(counting_gpt, DraftModel(counting_gpt, random_gpt(vocab_size=32, n_ctx=48, seed=4)), "3")
+    prompts = [list(range(32)) + list(range(28)), [3, 4, 5], list(range(32)) + list(range(16)), [7] * 47]
+    alone = [run_batch(d.steps(p, Sampling(0.0), None), 1, 8)[0] for p in prompts]
+    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4), 4, 8)
     assert [(r.token_ids, r.stop_reason) for r in rows] == [(r.token_ids, r.stop_reason) for r in alone]
-    assert (alone[0].token_ids, alone[0].stop_reason, alone[1].stop_reason) == ([], "context", "length")
-    only_long = run_batch(batched(prompts[:1], Sampling(0.0), [None]), 1, 8)
-    assert (only_long[0].token_ids, only_long[0].stop_reason) == ([], "context")
+    assert [len(r.token_ids) for r in alone] == [1, 8, 1, 2]
+    assert [r.stop_reason for r in alone] == ["context", "length", "context", "context"]
+    assert [r.token_ids for r in alone] == [plain_tokens(counting_gpt, p, 8)[:len(r.token_ids)]
+                                            for p, r in zip(prompts, alone)]

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from tinyspec import bench, benchmark, specs
-from tinyspec.medusa import MedusaHeads
+from tinyspec.commands import bench, benchmark, specs
+from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import random_gpt, refused
 
@@ -28,7 +28,7 @@ def test_quick_benchmark_reports_every_figure(files, capsys):
                 "--heads", str(files / "heads.safetensors")])
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
-    assert {r["method"] for r in rows} == {"ar", "draft:4", "medusa:16"}
+    assert {r["method"] for r in rows} == {"ar", "draft", "medusa", "lookup"}  # each at its default size
     assert {r["category"] for r in rows} == {"code", "docs", "structured"}
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["tau"] >= 1 and r["new_tokens"] == 2 * 48
@@ -53,9 +53,9 @@ def test_table_plots_and_bad_flags(files, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "draft:2" in out and "speedup" in out and "tau" in out
     saved = json.loads((tmp_path / "r.json").read_text())
-    assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec.bench --methods")
+    assert len(saved["rows"]) == 3 * 2 and saved["command"].startswith("python -m tinyspec bench --methods")
     sized = {(r["size"], r["temperature"]) for r in saved["sizing"]}  # every k the rows name was measured, at each T
-    assert {(2, 0.0), (3, 0.0), (2, 1.0), (3, 1.0)} <= sized and all(r["step_cost"] > 0 for r in saved["sizing"])
+    assert {("2", 0.0), ("3", 0.0), ("2", 1.0), ("3", 1.0)} <= sized and all(r["step_cost"] > 0 for r in saved["sizing"])
     assert all(r["predicted_speedup"] is not None for r in saved["rows"] if r["method"] != "ar")  # every row predicted
     assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == [
         "predicted_vs_measured.png", "speedup_vs_k.png", "tau_vs_temperature.png"]
@@ -74,8 +74,8 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--methods", "medusa:0"], "1..127 nodes"),
-    (["--methods", "medusa:1000"], "1..127 nodes"),
+    (["--methods", "medusa:0"], "--methods medusa:0: a Medusa size is the tree's nodes, an integer in 1..127"),
+    (["--methods", "medusa:1000"], "integer in 1..127"),
     (["--methods", "draft:0"], "1..16"),
     (["--methods", "draft:100"], "1..16"),
     (["--methods", "medusa:8@block"], "verifies a chain"),
@@ -196,7 +196,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_work(files, tmp_p
 
 
 def test_evaluate_refuses_an_output_it_cannot_write_before_the_work(files, tmp_path, capsys, monkeypatch):
-    from tinyspec import evaluate
+    from tinyspec.commands import evaluate
     monkeypatch.setattr(evaluate, "prepare", lambda *a: pytest.fail("evaluate ran before its output was checked"))
     for path in ("/proc/x.json", str(tmp_path)):
         assert "--save" in refused(evaluate.main, ["--save", path, "--stdlib-only"], capsys)
@@ -237,7 +237,7 @@ def test_help_names_every_method_and_the_other_benchmark_commands(capsys):
 def test_a_closed_pipe_ends_the_benchmark_quietly(files):
     import subprocess
     import sys
-    p = subprocess.Popen([sys.executable, "-m", "tinyspec.bench", "--quick", "--no-hf", "--methods", "ar", "--categories",
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec", "bench", "--quick", "--no-hf", "--methods", "ar", "--categories",
                           "code", "--max-new-tokens", "4", "--model", str(files / "target.safetensors")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.readline()
@@ -247,7 +247,7 @@ def test_a_closed_pipe_ends_the_benchmark_quietly(files):
 
 
 def test_a_loop_is_a_window_that_comes_back_three_times():
-    from tinyspec.evaluate import loops
+    from tinyspec.commands.evaluate import loops
     assert loops([7] * 10) and loops(list(range(8)) * 3) and loops([1, 2] * 12)
     assert not loops(list(range(64))) and not loops(list(range(8)) * 2 + list(range(8, 40)))
     assert not loops(list(range(8)) * 3, window=9) and loops(list(range(4)) * 3, window=4)
@@ -257,14 +257,16 @@ def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys,
     """On random models (the figures mean nothing): every method's tau per category, the loops of
     plain decoding, and validation loss on the corpus's held-out files, saved as JSON."""
     import numpy as np
-    from tinyspec import data, evaluate
+    from tinyspec.commands import data, evaluate
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("val", "val-packages"):
         np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
     monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    # validation reads windows as long as the target's context: a short one (room for each category's first prompt)
+    random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
     evaluate.main(["--methods", "ar,draft:2,lookup:4", "--prompts-per-category", "1", "--max-new-tokens", "8",
-                   "--model", str(files / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
+                   "--model", str(tmp_path / "target.safetensors"), "--draft", str(files / "draft.safetensors"),
                    "--save", str(tmp_path / "q.json")])
     report = json.loads((tmp_path / "q.json").read_text())
     assert set(report["validation_loss"]) == {"val", "val-packages"} and report["validation_loss"]["val"] > 0
@@ -284,7 +286,7 @@ def test_profile_splits_every_row(files, capsys):
 def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
     """ledger.png: per method, the time per token over ar's, split into the ledger's parts."""
     pytest.importorskip("matplotlib")
-    from tinyspec.plots import write_plots
+    from tinyspec.commands.plots import write_plots
     ledger = lambda target, propose: {"target": target, "propose": propose, "rule": 0.05, "cache": 0.05,
                                       "rest": 0.9 - target - propose}
     rows = [{"method": m, "temperature": 0.0, "category": c, "tau": tau, "speedup": speedup, "ledger": ledger(*parts)}
@@ -294,13 +296,19 @@ def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
 
 
 def test_a_method_named_without_a_size_passes_the_size_checks():
-    """`--methods draft,medusa@pointmass` leaves the size to sizing.py: the checks of a given size
-    must not read an empty one (they once raised ValueError); a size given is still checked."""
-    specs.check_specs([("draft", ""), ("medusa", "@pointmass"), ("eagle", ""), ("lookup", "")], 512)
-    with pytest.raises(SystemExit):
-        specs.check_specs([("draft", "100")], 512)
-    with pytest.raises(SystemExit):
-        specs.check_specs([("medusa", "1000@pointmass")], 512)
+    """`--methods draft,medusa@pointmass` runs each at its default size, `:auto` leaves it to sizing:
+    neither is a size to check; a size given is checked by the method itself."""
+    from tinyspec.commands.cli import parse_size
+    from tinyspec.methods.draft import DraftModel
+    from tinyspec.methods.lookup import PromptLookup
+    target = random_gpt(vocab_size=64, n_ctx=96)
+    draft, lookup = DraftModel(target, random_gpt(vocab_size=64, n_ctx=96)), PromptLookup(target)
+    for spec in ("draft", "draft:auto", "lookup@pointmass", "lookup:auto@pointmass"):
+        name, size, _ = specs.parse_method(spec)
+        assert parse_size(draft if name == "draft" else lookup, size or None, 96) == (size or None)
+    for proposer, size in ((draft, "100"), (lookup, "0"), (lookup, "2,3")):
+        with pytest.raises(SystemExit):
+            parse_size(proposer, size, 96)
 
 
 def test_a_pass_interleaved_prompt_by_prompt_adds_up_its_runs():

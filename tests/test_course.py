@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from tinyspec import course
+from tinyspec.commands import course
 
 
 def test_stub_out_replaces_whole_bodies_and_keeps_docstrings():
@@ -110,4 +110,4 @@ def test_every_course_command_has_examples_in_its_help():
     verbs = next(a for a in parser._actions if a.dest == "verb").choices
     assert set(verbs) == {"list", "handout", "grade"}
     for verb, sub in verbs.items():
-        assert f"examples:\n  python -m tinyspec.course {verb}" in sub.format_help(), verb
+        assert f"examples:\n  python -m tinyspec course {verb}" in sub.format_help(), verb

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from tinyspec import train
-from tinyspec.distill import head_accuracy, medusa_loss, self_distill, train_heads
-from tinyspec.medusa import MedusaHeads
+from tinyspec.commands import train
+from tinyspec.commands.distill import head_accuracy, medusa_loss, self_distill, train_heads
+from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import CountingCorpus, random_gpt
 
@@ -45,12 +45,12 @@ def test_trained_heads_learn_to_look_ahead(counting_gpt):
 
 
 @pytest.mark.slow
-def test_train_medusa_command(tmp_path):
+def test_train_medusa_command(corpus_dir, tmp_path):
     target = tmp_path / "target.safetensors"
     random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
     train.main(["medusa", "--target", str(target), "--heads", "2", "--sequences", "32", "--prompt-len", "8",
                 "--gen-len", "24", "--gen-batch", "16", "--steps", "10", "--batch-size", "4",
-                "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "h.safetensors")])
+                "--data-dir", str(corpus_dir), "--stdlib-only", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "h.safetensors")])
     heads = MedusaHeads.load(tmp_path / "h.safetensors")
     assert heads.n_heads == 2 and heads.accuracy.shape == (2, 10)
     card = (tmp_path / "h.md").read_text()

@@ -1,7 +1,7 @@
 """The book, its appendix (docs/appendix.md) and the README are held to the code and to the saved benchmark.
 
-1. Every `python -m tinyspec...` command shown in these documents (`DOCS`) is valid as
-   shown: each one's arguments parse, and the quick ones run on the shipped weights.
+1. Every `python -m tinyspec COMMAND ...` shown in these documents (`DOCS`) is valid as shown:
+   the command exists, its arguments parse, and the quick ones run on the shipped weights.
 2. Every name they give the code exists in it: `file.py: function` references, backticked
    identifiers that look like code (calls, dotted names, CamelCase classes, snake_case names,
    test names), `--flags`, `from tinyspec... import` lines, figures, and links to headings of the
@@ -19,7 +19,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from tinyspec.cli import WEIGHTS
+from tinyspec.commands.cli import WEIGHTS
 
 ROOT = WEIGHTS.parent
 DOCS = [ROOT / "README.md", ROOT / "walkthrough.md", ROOT / "docs" / "appendix.md"]
@@ -36,11 +36,11 @@ def unquoted(doc) -> str:
 def quick(argv) -> bool:
     """Run in full (seconds each): generation, handouts, the benchmark's --quick mode. The rest
     (training, the full benchmark, grading, generation over a whole prompt file) are only parsed."""
-    module, args = argv[2], argv[3:]
+    command, args = (argv[3] if len(argv) > 3 else None), argv[4:]
     if ("--cuda-graph" in args and not torch.cuda.is_available()) or "--prompt-file" in args:
         return False  # no GPU here; a whole prompt file is a benchmark's worth of generation
-    return (module in ("tinyspec", "tinyspec.generate") or (module == "tinyspec.bench" and "--quick" in args)
-            or (module == "tinyspec.course" and args[:1] in (["handout"], ["list"])))
+    return (command in (None, "generate") or (command == "bench" and "--quick" in args)
+            or (command == "course" and args[:1] in (["handout"], ["list"])))
 
 
 def shown_commands():
@@ -62,17 +62,24 @@ COMMANDS = shown_commands()
 
 
 def parser_and_args(argv):
-    module, args = argv[2], argv[3:]
-    if module == "tinyspec.bench" and args[:1] in (["kernels"], ["report"]):
-        module, args = {"kernels": "tinyspec.kernels.bench", "report": "tinyspec.report"}[args[0]], args[1:]
-    if module == "tinyspec":  # the overview: no flags
-        module = "tinyspec.__main__"
-    return importlib.import_module(module), args
+    """The module that runs a shown `python -m tinyspec COMMAND ARGS` and its ARGS: the command's
+    module under tinyspec/commands/ (`tinyspec/__main__.py: COMMANDS`; `bench kernels` and `bench
+    report` have modules of their own), or, for bare `python -m tinyspec`, the overview's."""
+    assert argv[2] == "tinyspec", f"`{' '.join(argv)}`: no such module; a command is `python -m tinyspec COMMAND`"
+    if len(argv) == 3:  # the overview: no flags
+        return importlib.import_module("tinyspec.__main__"), []
+    from tinyspec.__main__ import COMMANDS
+    command, args = argv[3], argv[4:]
+    assert command in COMMANDS, f"`{' '.join(argv)}`: no command {command!r} (python -m tinyspec lists them)"
+    module = COMMANDS[command]
+    if command == "bench" and args[:1] in (["kernels"], ["report"]):
+        module, args = {"kernels": "kernel_bench", "report": "report"}[args[0]], args[1:]
+    return importlib.import_module(f"tinyspec.commands.{module}"), args
 
 
 def test_the_docs_show_commands():
     assert len(COMMANDS) >= 15 and sum(map(quick, (a for _, a in COMMANDS))) >= 6
-    assert any(argv[2] == "tinyspec.generate" and "medusa" in argv for _, argv in COMMANDS)
+    assert any(argv[2:4] == ["tinyspec", "generate"] and "medusa" in argv for _, argv in COMMANDS)
 
 
 @pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(a[2:])[:60] for _, a in COMMANDS])
@@ -82,19 +89,28 @@ def test_shown_command_parses(doc, argv):
         assert not args, f"{argv} takes no arguments"
         return
     parser = module.build_parser()
-    if args:  # a bare `python -m tinyspec.x` in prose names the tool; with arguments it must parse
+    if args:  # a bare `python -m tinyspec x` in prose names the command; with arguments it must parse
         parser.parse_args(args)
 
 
-@pytest.mark.parametrize("doc,argv", [pytest.param(d, a, marks=[pytest.mark.slow] if a[2] == "tinyspec.bench" else [])
-                                      for d, a in COMMANDS if quick(a)],
+def quick_commands():
+    """(doc, argv) of each quick command, once: a command shown twice runs where it is first shown."""
+    first = {}
+    for doc, argv in COMMANDS:
+        if quick(argv):
+            first.setdefault(tuple(argv), doc)
+    return [(doc, list(argv)) for argv, doc in first.items()]
+
+
+@pytest.mark.parametrize("doc,argv", [pytest.param(d, a, marks=[pytest.mark.slow] if a[3:4] == ["bench"] else [])
+                                      for d, a in quick_commands()],
                          ids=lambda v: " ".join(v[2:])[:60] if isinstance(v, list) else v)
 def test_quick_command_runs(doc, argv, tmp_path, monkeypatch, capsys):
     module, args = parser_and_args(argv)
     if args[:1] == ["handout"]:
         args = ["handout", str(tmp_path / "hw")] + args[2:]
     monkeypatch.setenv("NO_COLOR", "1")
-    module.main(args) if args else module.main()
+    module.main(args)
     assert capsys.readouterr().out.strip()
 
 
@@ -187,8 +203,8 @@ def cli_flags() -> set[str]:
     """Every --flag of every command (subcommands included)."""
     import argparse
     flags = set()
-    for module in ("generate", "bench", "train", "course", "data", "report", "kernels.bench", "figures"):
-        parsers = [importlib.import_module(f"tinyspec.{module}").build_parser()]
+    for module in ("generate", "bench", "train", "course", "data", "report", "kernel_bench", "figures", "evaluate"):
+        parsers = [importlib.import_module(f"tinyspec.commands.{module}").build_parser()]
         while parsers:
             parser = parsers.pop()
             for action in parser._actions:
@@ -198,14 +214,17 @@ def cli_flags() -> set[str]:
     return flags
 
 
-FILE_REF = re.compile(r"\b((?:tinyspec/|tests/)?(?:kernels/)?[a-z_0-9]+\.py)(?:(::)|:\s*)([A-Za-z_][\w.]*)")
+ROOMS = ("kernels", "methods", "speed", "commands")  # the package's folders (tinyspec/__init__.py)
+FILE_REF = re.compile(rf"\b((?:tinyspec/|tests/)?(?:(?:{'|'.join(ROOMS)})/)?[a-z_0-9]+\.py)"
+                      r"(?:(::)|:\s*)([A-Za-z_][\w.]*)")
 CODE_TOKEN = re.compile(r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 TINYSPEC_IMPORT = re.compile(r"from (tinyspec(?:\.[\w.]+)?) import ([\w, ]+)")
 
 
 def module_file(name: str) -> str | None:
-    """'tree.py', 'kernels/tree_attention.py', 'tests/test_tree.py' -> its path from the root."""
+    """'tree.py', 'methods/draft.py', 'kernels/tree_attention.py', 'tests/test_tree.py' -> its path from
+    the root. A file in a folder is named with its folder: `methods/draft.py`, not `draft.py`."""
     for candidate in (name, f"tinyspec/{name}", f"tests/{name}"):
         if (ROOT / candidate).is_file():
             return candidate
@@ -227,11 +246,15 @@ def name_problem(token: str, call: bool) -> str | None:
         return None
     if token.startswith("test_") and "." not in token:
         return None if any(token in t for t in tests.values()) else f"no test named {token}"
-    module = None  # the longest prefix that is a tinyspec module: tinyspec.kernels.tree_attention, tree, ...
+    module = None  # the longest prefix that is a tinyspec module: tinyspec.methods.draft, tree, methods, sizing, ...
     for i in range(len(parts), 0, -1):
-        path = "/".join(p for p in parts[:i] if p != "tinyspec") + ".py"
-        if path != ".py" and (ROOT / "tinyspec" / path).is_file():
-            module, rest = f"tinyspec/{path}", parts[i:]
+        path = "/".join(p for p in parts[:i] if p != "tinyspec")
+        rooms = [f"{room}/{path}.py" for room in ROOMS] if i == 1 else []  # `sizing.size`
+        for file in (f"{path}.py", f"{path}/__init__.py", *rooms):  # a module, a folder's (methods.METHODS), a room's
+            if path and (ROOT / "tinyspec" / file).is_file():
+                module, rest = f"tinyspec/{file}", parts[i:]
+                break
+        if module is not None:
             break
     if module is not None and (not rest or ".".join(rest[:2]) in defined[module] or rest[0] in defined[module]):
         return None if rest[1:] == [] or rest[-1] in names else f"nothing in the code is called {rest[-1]}"
@@ -295,6 +318,9 @@ def references(text: str, base=ROOT):
         except ImportError:
             yield "import", module, "no such module"
             continue
+        if not str(getattr(mod, "__file__", "")).startswith(str(ROOT / "tinyspec")):  # not another copy's
+            yield "import", module, "no such module in this checkout"
+            continue
         for name in (n.strip().split(" as ")[0] for n in imported.split(",")):
             yield "import", f"{module}.{name}", None if hasattr(mod, name) else "not in the module"
     for alt, target in re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", text):
@@ -311,7 +337,7 @@ def references(text: str, base=ROOT):
 
 
 def test_coursework_chapters_name_headings_of_the_book():
-    from tinyspec.course import CHAPTERS
+    from tinyspec.commands.course import CHAPTERS
     headings = set(re.findall(r"^## (.*)$", (ROOT / "walkthrough.md").read_text(), re.M))
     assert {c.walkthrough for c in CHAPTERS.values()} <= headings
 
@@ -326,7 +352,7 @@ def test_the_books_twenty_line_loop_is_greedy_decoding():
     exec(block, namespace)
     target, draft = random_gpt(scale=3.0, seed=1), random_gpt(scale=3.0, seed=2, n_layer=1)
     for prompt in ([1, 2, 3], [5, 9, 9, 2, 7]):
-        plain = run(autoregressive(target, [prompt], Sampling(), [None], len(prompt) + 30), 30).token_ids
+        plain = run(autoregressive(target, [prompt], Sampling(), [None]), 30).token_ids
         assert namespace["greedy_speculative"](target, draft, prompt, 30, k=3) == plain
         assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
 
@@ -445,22 +471,22 @@ def test_every_timing_table_is_marked(doc):
 
 
 def test_the_table_generator_agrees_with_the_check(tmp_path):
-    """`python -m tinyspec.figures tables` would leave every marked table as it is, and the
+    """`python -m tinyspec figures tables` would leave every marked table as it is, and the
     arithmetic figures draw (to a scratch directory)."""
     pytest.importorskip("matplotlib")
-    from tinyspec import figures
+    from tinyspec.commands import figures
     for doc in DOCS:
-        assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec.figures tables"
+        assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec figures tables"
     figures.main(["residual", "speedup", "--out", str(tmp_path)])
     assert {p.name for p in tmp_path.iterdir()} == {"residual.png", "tau_and_speedup.png"}
 
 
 def test_figures_go_where_out_says_and_by_default_not_into_the_checkout(tmp_path, monkeypatch, capsys):
-    """Bare `python -m tinyspec.figures` draws into $TINYSPEC_HOME/figures, never over the book's
+    """Bare `python -m tinyspec figures` draws into $TINYSPEC_HOME/figures, never over the book's
     docs/figures; a place no file can be made in (as root too) is refused before anything is drawn."""
     pytest.importorskip("matplotlib")
     from conftest import refused
-    from tinyspec import figures
+    from tinyspec.commands import figures
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path))
     before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "docs" / "figures").iterdir()}
     figures.main([])
@@ -479,7 +505,7 @@ def test_figures_refuse_a_report_that_is_not_one(report, message, tmp_path, caps
     """`figures bench --report FILE` with FILE not a benchmark's JSON: one line, exit 2, nothing drawn."""
     pytest.importorskip("matplotlib")
     from conftest import refused
-    from tinyspec import figures
+    from tinyspec.commands import figures
     (tmp_path / "list.json").write_text("[1, 2]")
     report = str(ROOT / report) if report == "README.md" else report.format(tmp=tmp_path)
     err = refused(figures.main, ["bench", "--report", report, "--out", str(tmp_path / "out")], capsys)
@@ -489,7 +515,7 @@ def test_figures_refuse_a_report_that_is_not_one(report, message, tmp_path, caps
 def test_the_tour_can_be_checked_by_eye():
     """The README's tour: every generate command on the fibonacci prompt writes the same number of
     tokens (so "identical to plain" can be seen), and every sampled one names its seed."""
-    tour = [a for d, a in shown_commands() if d == "README.md" and a[2:3] == ["tinyspec.generate"]]
+    tour = [a for d, a in shown_commands() if d == "README.md" and a[2:4] == ["tinyspec", "generate"]]
     fib = [a for a in tour if "def fibonacci(n):" in a and "--cuda-graph" not in a]
     assert len(fib) >= 5 and all(a[a.index("--max-new-tokens") + 1] == "64" for a in fib if "--max-new-tokens" in a)
     assert all("--max-new-tokens" in a for a in fib)
@@ -508,10 +534,11 @@ def test_no_control_characters(doc):
 
 
 def test_the_corpus_figures_are_the_saved_data_cards():
-    """The README's corpus sizes come from docs/corpus.json (`python -m tinyspec.data`'s meta.json)."""
+    """The README's corpus sizes come from docs/corpus.json (`python -m tinyspec data`'s meta.json)."""
     meta = json.loads((ROOT / "docs" / "corpus.json").read_text())
     sources = meta["sources"]
-    assert len(sources) == 21 and set(sources) - {"stdlib"} == set(__import__("tinyspec.data").data.PACKAGES)
+    packages = importlib.import_module("tinyspec.commands.data").PACKAGES
+    assert len(sources) == 21 and set(sources) - {"stdlib"} == set(packages)
     total, stdlib = sum(r["train_tokens"] for r in sources.values()) / 1e6, sources["stdlib"]["train_tokens"] / 1e6
     assert f"({total:.1f}M training tokens, {stdlib:.1f}M of them the standard library's)" in \
         " ".join((ROOT / "README.md").read_text().split())
@@ -521,7 +548,7 @@ QUALITY = re.compile(r"^<!-- quality: before=(\S+) after=(\S+) -->\n((?:\|.*\n)+
 
 
 def quality_value(report: dict, label: str) -> list:
-    """What a row of a before/after table shows, read from a `python -m tinyspec.evaluate` report:
+    """What a row of a before/after table shows, read from a `python -m tinyspec evaluate` report:
     'validation loss' (stdlib, packages), 'loops' (greedy continuations that loop, per category),
     or 'tau METHOD' (per category)."""
     categories = ("code", "docs", "structured")

@@ -2,22 +2,23 @@
 plain decoding (greedy: token for token; sampled: the target's distribution, checked
 statistically on a vocabulary small enough to enumerate; buggy variants must fail that check)."""
 import copy
-import itertools
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import generate, specs
-from tinyspec.decoding import autoregressive, one_row, run
-from tinyspec.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
-from tinyspec.eagle import EagleHead, eagle, grow_sampled_tree, grow_tree
+from tinyspec.commands import generate, specs
+from tinyspec.commands.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.kvcache import KVCache
+from tinyspec.methods import Decoder
+from tinyspec.methods import eagle as eagle_module
+from tinyspec.methods.eagle import Eagle, EagleHead, grow_sampled_tree, grow_tree
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree, from_choices, save_tree
 
-from conftest import CountingCorpus, counting_sequences, random_gpt, refused
+from conftest import (CountingCorpus, counting_sequences, drive, generations, plain_tokens, random_gpt, refused,
+                      sampled_rows, token_counts)
 from test_speculative import chi_square, critical_value
 
 
@@ -200,8 +201,8 @@ def test_resumed_training_equals_straight_training(counting_gpt, counting_data):
 
 # ---- decoding against plain decoding --------------------------------------------------------
 
-SETTINGS = [dict(top_k=1, depth=4, total_tokens=4), dict(top_k=2, depth=3, total_tokens=6),
-            dict(top_k=4, depth=5, total_tokens=16), dict(top_k=3, depth=6, total_tokens=24), dict(tree=from_choices([(0,), (1,), (0, 0), (0, 1), (0, 0, 0), (1, 0)]))]
+SETTINGS = [("1,4,4", None), ("2,3,6", None), ("4,5,16", None), ("3,6,24", None),
+            (None, from_choices([(0,), (1,), (0, 0), (0, 1), (0, 0, 0), (1, 0)]))]  # (TOPK,DEPTH,NODES, static tree)
 
 
 def test_greedy_eagle_equals_plain_decoding(counting_gpt, trained_head):
@@ -209,13 +210,13 @@ def test_greedy_eagle_equals_plain_decoding(counting_gpt, trained_head):
     g = torch.Generator().manual_seed(0)
     prompts = [counting_sequences(1, rng.randint(3, 10), 32, g)[0].tolist() for _ in range(2)]
     prompts += [[rng.randrange(32) for _ in range(rng.randint(1, 10))] for _ in range(2)]  # not counting
+    plain = [plain_tokens(counting_gpt, prompt, 32) for prompt in prompts]
     accepted = rejected = 0
     for head in (trained_head, random_head(counting_gpt, 1, scale=3.0)):
-        for setting in SETTINGS:
-            for prompt in prompts:
-                plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 32).token_ids
-                res = run(eagle(counting_gpt, head, [prompt], Sampling(0.0), [None], 64, **setting), 32)
-                assert res.token_ids == plain, f"{setting}, prompt {prompt}"
+        for size, tree in SETTINGS:
+            for prompt, expected in zip(prompts, plain):
+                res = generations(counting_gpt, Eagle(counting_gpt, head, tree=tree), [prompt], n=32, size=size)[0]
+                assert res.token_ids == expected, f"{size or tree}, prompt {prompt}"
                 accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 200 and rejected > 20  # long accepted paths and corrections both happened
 
@@ -225,21 +226,21 @@ def test_greedy_eagle_equals_plain_decoding_on_random_models():
     for seed in range(2):
         target = random_gpt(vocab_size=64, n_ctx=96, scale=3.0, seed=seed)
         head = random_head(target, seed + 10, scale=2.0)
-        for setting in SETTINGS[1:4]:
+        for size, _ in SETTINGS[1:4]:
             prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-            plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 60)
-            res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, **setting), 60)
-            assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason, f"seed {seed}, {setting}"
+            plain = generations(target, None, [prompt], n=60)[0]
+            res = generations(target, Eagle(target, head), [prompt], n=60, size=size)[0]
+            assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason, f"seed {seed}, {size}"
     prompt = [rng.randrange(64) for _ in range(70)]  # to the end of the context, with a tree wider than its budget
-    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 60)
-    res = run(eagle(target, head, [prompt], Sampling(0.0), [None], 96, top_k=6, depth=6, total_tokens=8), 60)
+    plain = generations(target, None, [prompt], n=60)[0]
+    res = generations(target, Eagle(target, head), [prompt], n=60, size="6,6,8")[0]
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
 def test_trained_head_makes_eagle_take_fewer_target_passes(counting_gpt, trained_head):
     prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
-    res = run(eagle(counting_gpt, trained_head, [prompt], Sampling(0.0), [None], 64), 40)
-    assert res.token_ids == run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
+    res = generations(counting_gpt, Eagle(counting_gpt, trained_head), [prompt], n=40, size="2,6,16")[0]
+    assert res.token_ids == plain_tokens(counting_gpt, prompt, 40)
     assert len(res.token_ids) / res.target_steps > 3.0  # tau, tokens per target forward
 
 
@@ -252,21 +253,24 @@ def plain_caches(target, head, seq, n):
     return cache, head_cache
 
 
-@pytest.mark.parametrize("rule, temperature, setting", [("greedy", 0.0, {}), ("lossless", 1.0, {}),
-                                                        ("pointmass", 1.0, {}), ("lossless", 1.0, SETTINGS[-1])])
+@pytest.mark.parametrize("rule, temperature, setting", [("greedy", 0.0, ("2,6,16", None)),
+                                                        ("lossless", 1.0, ("2,6,16", None)),
+                                                        ("pointmass", 1.0, ("2,6,16", None)),
+                                                        ("lossless", 1.0, SETTINGS[-1])])
 def test_caches_after_eagle_steps_equal_plain_decoding(counting_gpt, trained_head, rule, temperature, setting):
-    cache, head_cache = KVCache.for_model(counting_gpt, 64), trained_head.new_cache(96)
+    size, tree = setting
+    proposer = Eagle(counting_gpt, trained_head, tree=tree)
+    d = Decoder(counting_gpt, proposer, size, rule=rule)
     prompt = [3, 5, 7, 9]
-    steps = one_row(eagle(counting_gpt, trained_head, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 64, rule,
-                  cache=cache, head_cache=head_cache, **setting))
-    seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
+    [seq], _ = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    cache, head_cache = d.cache, proposer.spare  # the target's and the head's caches at batch 1
     n = cache.length
     assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet
     expected, expected_head = plain_caches(counting_gpt, trained_head, seq, n)
     torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
     m = head_cache.length  # the head has read the pairs of all but the last step (the rest are pending)
-    assert 0 < m < n and head_cache.max_len == 96
+    assert 0 < m < n
     torch.testing.assert_close(head_cache.k[:, :, :, :m], expected_head.k[:, :, :, :m], atol=1e-4, rtol=1e-4)
 
 
@@ -283,27 +287,22 @@ def tiny_vocab():
     return target, exact_three_token_distribution(target), random_head(target, 2, scale=3.0)
 
 
-def three_token_counts(target, head, rule, n, patch=None, **setting):
+def three_token_counts(target, head, rule, n, patch=None, size=None, tree=None):
     """Counts of the first three generated tokens over seeds 0..n-1 (each from a tree step).
-    patch: (name, function) replacing a function of eagle.py for the run (a planted bug)."""
-    import tinyspec.eagle as eagle_module
-    counts, from_tree = torch.zeros(V ** 3), 0
+    patch: (name, function) replacing a function of methods/eagle.py for the run (a planted bug)."""
     name, fn = patch or ("grow_tree", eagle_module.grow_tree)
     original = getattr(eagle_module, name)
     setattr(eagle_module, name, fn)
+    d = Decoder(target, Eagle(target, head, tree=tree), size, rule=rule)
     try:
-        for seed in range(n):
-            res = run(eagle(target, head, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, rule, **setting), 3)
-            out = res.token_ids
-            counts[(out[0] * V + out[1]) * V + out[2]] += 1
-            from_tree += res.proposed > 0
+        [runs] = sampled_rows(d, [PROMPT], SAMPLING, n)
     finally:
         setattr(eagle_module, name, original)
-    assert from_tree == n  # tokens 2 and 3 always came from a tree step
-    return counts
+    assert all(res.proposed > 0 for res in runs)  # tokens 2 and 3 always came from a tree step
+    return token_counts(runs, V)
 
 
-TREE = dict(top_k=2, depth=3, total_tokens=6)  # a dynamic tree that branches at every depth
+TREE = dict(size="2,3,6")  # a dynamic tree that branches at every depth
 STATIC = dict(tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)))
 
 
@@ -350,7 +349,6 @@ def top_k_judged_as_samples(fill):
 @pytest.mark.parametrize("bug", ["sampled children pruned by their own value", "top-k children judged as samples"])
 def test_buggy_variants_are_rejected(tiny_vocab, bug):
     """The distribution test can fail: two plausible mistakes each move the output far from p."""
-    import tinyspec.eagle as eagle_module
     target, exact, head = tiny_vocab
     if bug.startswith("sampled"):
         counts = three_token_counts(target, head, "lossless", 2000, ("grow_sampled_tree", pruned_by_own_value), **TREE)
@@ -379,18 +377,18 @@ def test_cli_eagle_equals_ar(files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for extra in ([], ["--tree", str(files / "small.json")], ["--eagle-topk", "2", "--eagle-depth", "3", "--tree-nodes", "5"]):
+    for extra in ([], ["--tree", str(files / "small.json")], ["--size", "2,3,5"], ["--size", "auto"]):
         generate.main(base + ["--method", "eagle", "--eagle", str(files / "eagle.safetensors")] + extra)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"], extra
-        assert "tau" in out["stats"] if extra else "sized" in out["stats"]  # no size given: sized for the machine
+        assert "sized" in out["stats"] if extra[1:] == ["auto"] else out["stats"]["proposed_tokens"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--eagle", "{d}/none.safetensors"], "not found"),
     (["--eagle", "{d}/other.safetensors"], "different target"),
     (["--eagle", "{d}/target.safetensors"], "not an EAGLE head"),
-    (["--eagle-topk", "0"], "eagle-topk"),
+    (["--size", "0,2,4"], "TOPK and DEPTH in 1..16"), (["--size", "16"], "TOPK,DEPTH,NODES"),
     (["--accept", "block"], "not a tree")])
 def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
@@ -399,19 +397,20 @@ def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
 
 
 def test_bench_names_eagle_rows():
-    assert specs.parse_method("eagle:32") == ("eagle", "32")
+    assert specs.parse_method("eagle:2,8,32") == ("eagle", "2,8,32", None)
+    assert specs.parse_method("eagle:auto@pointmass") == ("eagle", "auto", "pointmass")
     with pytest.raises(SystemExit):
         specs.parse_method("eagle:x")
 
 
 @pytest.mark.slow
-def test_train_eagle_command_writes_head_card_and_resumes(tmp_path):
-    from tinyspec import train
+def test_train_eagle_command_writes_head_card_and_resumes(corpus_dir, tmp_path):
+    from tinyspec.commands import train
     target = tmp_path / "target.safetensors"
     random_gpt(vocab_size=8192, n_ctx=64, scale=3.0).save(target)
     argv = ["eagle", "--target", str(target), "--sequences", "32", "--prompt-len", "8", "--gen-len", "24",
             "--gen-batch", "16", "--steps", "6", "--batch-size", "4", "--checkpoint-every", "3",
-            "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--run-dir", str(tmp_path / "run"),
+            "--data-dir", str(corpus_dir), "--stdlib-only", "--run-dir", str(tmp_path / "run"),
             "--medusa-run-dir", str(tmp_path / "none"), "--out", str(tmp_path / "e.safetensors")]
     train.main(argv)
     head = EagleHead.load(tmp_path / "e.safetensors")

@@ -6,30 +6,42 @@ as lossy. What breaks the contract is refused in one line (`methods.check_rule`)
 import pytest
 import torch
 
-from tinyspec import auto, generate, methods
+from tinyspec import decoding, methods
+from tinyspec.commands import generate
+from tinyspec.decoding import decode, run_batch
 from tinyspec.methods import Decoder, check_rule
-from tinyspec.decoding import autoregressive, run, run_batch
+from tinyspec.methods.draft import DraftModel
+from tinyspec.methods.eagle import Eagle
+from tinyspec.methods.lookahead import Lookahead
+from tinyspec.methods.lookup import PromptLookup
+from tinyspec.methods.medusa import Medusa
 from tinyspec.sampling import Sampling
+from tinyspec.speed import auto
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
 
-from conftest import random_gpt, random_heads
+from conftest import plain_tokens, random_gpt, random_heads, sampled_rows, token_counts
 from test_eagle import random_head
 from test_lookup import exact_distribution
 from test_speculative import chi_square, critical_value
 
-METHODS = ["draft", "medusa", "eagle", "lookup", "lookahead", "auto"]
+METHODS = ["draft", "medusa", "eagle", "lookup", "lookahead", "auto"]  # auto: Medusa, its size chosen per step
 V, N = 8, 2  # vocabulary, tokens compared
 PROMPTS = [[0, 1, 2, 3, 4, 5, 6, 7, 0], [6, 2, 7, 1, 0, 5, 3, 4, 6, 2, 1, 0, 7, 5, 3, 4, 0]]  # every token
-ROWS = 32  # occurs in both, so prompt lookup always proposes; rows alternate between the two prompts
+# occurs in both, so prompt lookup always proposes; rows alternate between the two prompts
+
+
+def method_of(name):
+    """The method a row of METHODS runs: auto is Medusa with a policy (`speed/auto.py`)."""
+    return "medusa" if name == "auto" else name
 
 
 def allowed(temperature):
-    return [(m, r) for m in METHODS for r in RULES if check_rule(m, r, temperature) is None]
+    return [(m, r) for m in METHODS for r in RULES if check_rule(method_of(m), r, temperature) is None]
 
 
 def test_the_greedy_rule_is_refused_at_every_temperature_above_zero_and_only_there():
-    for method in METHODS:
+    for method in map(method_of, METHODS):
         for t in (0.5, 1.0, 2.0):
             problem = check_rule(method, "greedy", t)
             assert problem and "--accept" in problem and "\n" not in problem
@@ -62,28 +74,27 @@ def with_accuracy(heads):
 
 
 def decoder(m, method, rule, draft_vocab=None):
-    """The command line's Decoder for `method` judged by `rule`; Medusa's tree has distinct
-    siblings (ranks), so it is a valid top-k tree for pointmass and a shape for sampled trees."""
-    heads = m["eagle"] if method == "eagle" else m["heads"]
-    tree = Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0)) if method == "medusa" else None
+    """The Decoder of `method` judged by `rule`; Medusa's tree has distinct siblings (ranks), so it
+    is a valid top-k tree for pointmass and a shape for sampled trees."""
+    t = m["target"]
     if method == "auto":  # Medusa, its tree chosen per step: here always a tree of 4 nodes (costs mean nothing)
-        d = Decoder(m["target"], "medusa", None, 3, heads, tree, rule)
-        d.method, d.policy = "auto", auto.BatchPolicy(m["target"], heads, sizes=(4,), costs=(lambda r, t: 1.0, lambda r: 0.0))
-        d.policy.choose = lambda rows: d.policy.trees[4]
-        return d
-    return Decoder(m["target"], method, m["draft"] if method == "draft" else None, 3, heads, tree, rule,
-                   eagle_tree=(2, 2, 4), window=2, ngram=2, guesses=3, draft_vocab=draft_vocab)
+        policy = auto.BatchPolicy(t, m["heads"], sizes=(4,), costs=(lambda r, t: 1.0, lambda r: 0.0))
+        policy.choose = lambda rows: "4"
+        return Decoder(t, Medusa(t, m["heads"], draft_vocab), policy=policy, rule=rule)
+    proposer, size = {
+        "draft": lambda: (DraftModel(t, m["draft"], draft_vocab), "3"),
+        "medusa": lambda: (Medusa(t, m["heads"], draft_vocab, tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0))),
+                           None),
+        "eagle": lambda: (Eagle(t, m["eagle"], draft_vocab), "2,2,4"),
+        "lookup": lambda: (PromptLookup(t), "3"),
+        "lookahead": lambda: (Lookahead(t), "2,2,3"),
+    }[method]()
+    return Decoder(t, proposer, size, rule=rule)
 
 
 def counts_of(d, sampling, n_samples):
-    counts, proposed = [torch.zeros(V ** N) for _ in PROMPTS], 0
-    for first in range(0, len(PROMPTS) * n_samples, ROWS):
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
-        generators = [torch.Generator().manual_seed(first + i) for i in range(ROWS)]
-        for i, r in enumerate(run_batch(d.batch_steps(prompts, sampling, generators, N), ROWS, N)):
-            counts[i % len(PROMPTS)][r.token_ids[0] * V + r.token_ids[1]] += 1
-            proposed += r.proposed
-    return counts, proposed
+    runs = sampled_rows(d, PROMPTS, sampling, n_samples, N)
+    return [token_counts(r, V, N) for r in runs], sum(res.proposed for r in runs for res in r)
 
 
 @pytest.mark.slow
@@ -101,25 +112,36 @@ def test_every_exact_combination_has_the_target_distribution(tiny, method, rule)
 def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
     """(The draft's loop judges a chain with the lossless rule when asked for greedy, which is
     exact at every temperature; the command line refuses the name at T > 0 all the same.)"""
-    monkeypatch.setattr(methods, "check_rule", lambda *a: None)
+    monkeypatch.setattr(decoding, "rule_problem", lambda *a: None)  # the check every Decoder makes
     counts, _ = counts_of(decoder(tiny, method, "greedy"), Sampling(1.0), 768)
     stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"
 
 
-@pytest.mark.parametrize("method, rule", allowed(0.0))
-def test_every_combination_at_t0_is_plain_greedy_decoding(counting_gpt, method, rule):
+@pytest.fixture(scope="module")
+def counting(counting_gpt):
+    """The trained counting model with a draft, Medusa heads and an EAGLE head (none is changed by a
+    decoder), four prompts, and plain decoding's 24 tokens after each: what every combination writes."""
     from test_batch import mixed_prompts
     from test_speculative import perturbed
-    m = dict(target=counting_gpt, draft=perturbed(counting_gpt, 0.5, 1), heads=with_accuracy(random_heads(32, 3, seed=1)),
-             eagle=random_head(counting_gpt, 1, 3.0))
-    d = decoder(m, method, rule)
     prompts = mixed_prompts(4, seed=3)
-    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 24).token_ids for p in prompts]
-    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4, 24), 4, 24)
+    models = dict(target=counting_gpt, draft=perturbed(counting_gpt, 0.5, 1),
+                  heads=with_accuracy(random_heads(32, 3, seed=1)), eagle=random_head(counting_gpt, 1, 3.0))
+    return models, prompts, [plain_tokens(counting_gpt, p, 24) for p in prompts]
+
+
+@pytest.mark.parametrize("method, rule", allowed(0.0))
+def test_every_combination_at_t0_is_plain_greedy_decoding(counting, method, rule):
+    """Each rule as named, through the loop itself: a Decoder judges every step at T = 0 with the
+    greedy rule, whatever was asked (`decoding.default_rule`)."""
+    m, prompts, plain = counting
+    counting_gpt = m["target"]
+    d = decoder(m, method, rule)
+    loop = lambda ps: decode(counting_gpt, d.proposer, ps, Sampling(0.0), [None] * len(ps), d.shapes, d.policy, rule)
+    rows = run_batch(loop(prompts), 4, 24)
     assert [r.token_ids for r in rows] == plain
-    if method != "auto":
-        assert [run(d.steps(p, Sampling(0.0), None, 24), 24).token_ids for p in prompts] == plain
+    assert [run_batch(loop([p]), 1, 24)[0].token_ids for p in prompts] == plain
+    assert [run_batch(d.steps(p, Sampling(0.0), None), 1, 24)[0].token_ids for p in prompts] == plain
 
 
 # ---- a reduced draft vocabulary (model.DraftVocab) ---------------------------------------------
@@ -146,15 +168,12 @@ def test_a_reduced_draft_vocabulary_keeps_the_target_distribution(fresh, method,
     assert proposed > 0
 
 
-def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_output(counting_gpt):
-    from test_batch import mixed_prompts
-    from test_speculative import perturbed
-    draft, subset = perturbed(counting_gpt, 0.5, 1), torch.arange(0, 32, 2)  # the even tokens only
-    prompts = mixed_prompts(4, seed=3)
-    plain = [run(autoregressive(counting_gpt, [p], Sampling(0.0), [None], 64), 24).token_ids for p in prompts]
-    d = Decoder(counting_gpt, "draft", draft, 3, draft_vocab=subset)
+def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_output(counting):
+    m, prompts, plain = counting
+    counting_gpt, subset = m["target"], torch.arange(0, 32, 2)  # the even tokens only
+    d = Decoder(counting_gpt, DraftModel(counting_gpt, m["draft"], subset), "3")
     for p, expected in zip(prompts, plain):
-        res = run(d.steps(p, Sampling(0.0), None, 24), 24)
+        res = run_batch(d.steps(p, Sampling(0.0), None), 1, 24)[0]
         assert res.token_ids == expected
         accepted = [t for t, s in zip(res.token_ids, res.sources) if s == "accepted"]
         assert accepted and all(t % 2 == 0 for t in accepted)  # only the draft's own vocabulary is ever proposed
@@ -163,12 +182,16 @@ def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_ou
 @pytest.mark.slow
 def test_proposals_from_the_reduced_vocabulary_judged_with_the_full_q_are_caught(fresh, monkeypatch):
     """A planted bug: q renormalised wrongly. The draft samples from its distribution restricted to
-    SUBSET and renormalised, but the rule is handed the full-vocabulary q it came from."""
-    import tinyspec.speculative as speculative_module
-    real = speculative_module.sample_rows
+    SUBSET and renormalised, but the rule is handed the full-vocabulary q it came from. (The first
+    token is the prefill's, the target's own: the bug shows in the second only, hence as many
+    samples as the exactness tests take.)"""
+    from test_verify import mutant
+    from tinyspec.methods import draft as draft_module
     keep = torch.zeros(V, dtype=torch.bool)
     keep[SUBSET] = True
-    monkeypatch.setattr(speculative_module, "sample_rows", lambda p, rows, s: real(p * keep if p.shape[-1] == V else p, rows, s))
-    counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 768)
+    monkeypatch.setattr(draft_module, "KEEP", keep, raising=False)
+    monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "sample(q[b], r.generator)",
+                                                      "sample(q[b] * KEEP, r.generator)", DraftModel))
+    counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 1536)
     stats = [chi_square(c, exact) for c, exact in zip(counts, fresh["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"the planted bug went unnoticed: {stats}"

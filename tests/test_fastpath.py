@@ -5,11 +5,12 @@ import random
 import pytest
 import torch
 
-from tinyspec import generate
-from tinyspec.decoding import autoregressive, run
-from tinyspec.fastpath import CUDAGraphForward, FixedForward, fixed_forward
+from tinyspec.commands import generate
+from tinyspec.decoding import run
+from tinyspec.kernels.fastpath import CUDAGraphForward, FixedForward, fixed_forward
 from tinyspec.kvcache import KVCache
-from tinyspec.medusa import medusa
+from tinyspec.methods import Decoder
+from tinyspec.methods.medusa import Medusa
 from tinyspec.model import prefix_mask
 from tinyspec.sampling import Sampling
 
@@ -42,28 +43,33 @@ def test_fixed_forward_equals_the_ordinary_forward(tree):
         forward(x, 40 - len(depth) + 1)
 
 
+class Counted:
+    """A recorded forward that counts the steps it ran."""
+    def __init__(self, forward):
+        self.forward, self.n, self.calls = forward, forward.n, 0
+
+    def __call__(self, tokens, length):
+        self.calls += 1
+        return self.forward(tokens, length)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_fixed_decoding_writes_the_same_tokens(temperature):
     """Same seed, same tokens: plain decoding and Medusa with fixed-shape forwards against the
-    ordinary loops, over prompts of different lengths that reuse one cache and its forwards
+    ordinary loops, over prompts of different lengths that reuse one cache and its forward
     (longest first, so stale entries sit beyond the shorter prompts)."""
     model, heads, tree = random_gpt(scale=3.0), random_heads(32, 3, seed=1), TREES["default"]
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(n)] for n in (20, 3, 9)]
     sampling = Sampling(temperature)
-    cache = KVCache.for_model(model)
-    plain, verify = fixed_forward(model, cache), fixed_forward(model, cache, tree)
-    for prompt in prompts:
-        for method in (autoregressive, medusa):
-            def tokens(fixed):
-                g = torch.Generator().manual_seed(5)
-                if method is medusa:
-                    steps = medusa(model, heads, [prompt], sampling, [g], 60, tree, "greedy" if temperature == 0 else "lossless",
-                                   cache if fixed else None, verify if fixed else None)
-                else:
-                    steps = autoregressive(model, [prompt], sampling, [g], 50, cache if fixed else None, plain if fixed else None)
-                return run(steps, 30).token_ids
-            assert tokens(True) == tokens(False), f"{method.__name__}, prompt of {len(prompt)}"
+    recorded = []
+    record = lambda *a: recorded.append(Counted(fixed_forward(*a))) or recorded[-1]
+    for proposer in (None, Medusa(model, heads, tree=tree)):
+        fixed, ordinary = Decoder(model, proposer, record=record), Decoder(model, proposer)
+        for prompt in prompts:
+            tokens = [run(d.steps(prompt, sampling, torch.Generator().manual_seed(5)), 30).token_ids for d in (fixed, ordinary)]
+            assert tokens[0] == tokens[1], f"{fixed.proposer.name}, prompt of {len(prompt)}"
+        assert recorded[-1].calls > 30  # the recorded forward ran the steps
 
 
 def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
@@ -107,10 +113,9 @@ def test_recorded_graph_replays_the_eager_step():
 @pytest.mark.parametrize("method", ["ar", "medusa"])
 def test_decoding_with_recorded_graphs_writes_the_eager_tokens(method):
     """float32 on the GPU: a Decoder with cuda_graph against one without, prompt after prompt."""
-    from tinyspec.methods import Decoder
     model, heads, tree = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda(), TREES["default"]
-    kwargs = dict(heads=heads, tree=tree) if method == "medusa" else {}
-    graph, eager = Decoder(model, method, cuda_graph=True, **kwargs), Decoder(model, method, **kwargs)
+    proposer = Medusa(model, heads, tree=tree) if method == "medusa" else None
+    graph, eager = Decoder(model, proposer, record=fixed_forward), Decoder(model, proposer)
     for prompt in ([5, 9, 2, 33, 7, 1], [4], list(range(20))):
-        tokens = [run(d.steps(prompt, Sampling(0.0), None, 30), 30).token_ids for d in (graph, eager)]
+        tokens = [run(d.steps(prompt, Sampling(0.0), None), 30).token_ids for d in (graph, eager)]
         assert tokens[0] == tokens[1], f"{method}, prompt of {len(prompt)}"

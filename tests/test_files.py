@@ -19,7 +19,7 @@ def test_home_is_tinyspec_home_or_the_users_cache_read_at_each_use(tmp_path, mon
 
 def test_the_sizing_cache_follows_tinyspec_home(tmp_path, monkeypatch):
     """Not runs/sizing/ in whatever directory a command runs from (each directory re-sized every method)."""
-    from tinyspec import sizing
+    from tinyspec.speed import sizing
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path / "h"))
     assert Path(sizing.DIRECTORY) == tmp_path / "h" / "sizing"

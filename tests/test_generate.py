@@ -6,13 +6,13 @@ import sys
 import pytest
 import torch
 
-from tinyspec import generate
+from tinyspec.commands import generate
 from tinyspec.decoding import Step, autoregressive, run
-from tinyspec.generate import Printer
+from tinyspec.commands.generate import Printer
 from tinyspec.sampling import Sampling
 
 from conftest import random_gpt, refused
-from tinyspec.cli import WEIGHTS
+from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 
 
@@ -36,14 +36,15 @@ def naive_greedy(model, prompt, n):
 def test_greedy_with_cache_equals_recomputing_everything():
     model = random_gpt(scale=4.0)
     for prompt in ([1], [5, 9, 2, 33], list(range(20))):
-        res = run(autoregressive(model, [prompt], Sampling(0.0), [None], max_len=64), max_new_tokens=30)
+        res = run(autoregressive(model, [prompt], Sampling(0.0), [None]), max_new_tokens=30)
         assert res.token_ids == naive_greedy(model, prompt, 30)
         assert res.target_steps == 30 and res.stop_reason == "length"
 
 
 def test_seeded_sampling_is_reproducible():
     model = random_gpt(scale=2.0)
-    draw = lambda seed: run(autoregressive(model, [[1, 2]], Sampling(1.0, top_k=20), [torch.Generator().manual_seed(seed)], 64), 25).token_ids
+    draw = lambda seed: run(autoregressive(model, [[1, 2]], Sampling(1.0, top_k=20), [torch.Generator().manual_seed(seed)]),
+                            25).token_ids
     assert draw(7) == draw(7) != draw(8)
 
 
@@ -126,7 +127,7 @@ def test_too_long_prompt_and_vocab_mismatch(model_file, tmp_path, capsys):
 
 def test_command_line_process_exits_2_without_traceback(tmp_path):
     (tmp_path / "broken.safetensors").write_bytes(b"\x00" * 10)
-    p = subprocess.run([sys.executable, "-m", "tinyspec.generate", "--prompt", "x", "--model", str(tmp_path / "broken.safetensors")],
+    p = subprocess.run([sys.executable, "-m", "tinyspec", "generate", "--prompt", "x", "--model", str(tmp_path / "broken.safetensors")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("error:"), p.stderr
 
@@ -134,12 +135,15 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--temperature", "inf"], "temperature"),
     (["--temperature", "1e-39"], "temperature"),
-    (["--k", "3"], "--k applies to --method draft"),
-    (["--tree-nodes", "8"], "--tree-nodes applies to --method medusa or eagle"),
+    (["--max-ngram", "3"], "--max-ngram applies to --method lookup or rest"),
+    (["--tree", "t.json"], "--tree applies to --method medusa or eagle"),
+    (["--method", "lookup", "--max-ngram", "9"], "--max-ngram must be in 1..8"),
     (["--accept", "block"], "plain decoding"),
     (["--method", "medusa", "--accept", "block"], "verifies a chain"),
-    (["--method", "draft", "--k", "0"], "--k"),
-    (["--method", "draft", "--k", "17"], "--k"),
+    (["--method", "draft", "--size", "0"], "--size"),
+    (["--method", "draft", "--size", "17"], "--size"),
+    (["--method", "lookahead", "--size", "3"], "W,N,G"),
+    (["--size", "4"], "plain decoding (ar) proposes nothing"),
     (["--threads", "0"], "--threads"),
     (["--prompt-file", "{tmp}"], "is a directory"),
     (["--prompt-file", "{tmp}/latin1.txt"], "not UTF-8"),
@@ -181,14 +185,14 @@ def test_several_prompts_print_apart_with_their_own_seeds(model_file, tmp_path, 
     generate.main(base + ["--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     model, prompt = GPT.from_hf(model_file), enc.encode_ordinary("def f(x):")
-    alone = lambda seed: run(autoregressive(model, [prompt], Sampling(1.0), [torch.Generator().manual_seed(seed)], 64), 8)
+    alone = lambda seed: run(autoregressive(model, [prompt], Sampling(1.0), [torch.Generator().manual_seed(seed)]), 8)
     assert [r["token_ids"] for r in rows[:2]] == [alone(5).token_ids, alone(6).token_ids]  # prompt i: seed + i
 
 
 def test_a_closed_pipe_ends_generate_quietly():
     """`generate ... | head -1`: the reader goes after one line; the command ends with status 0 and
     no traceback (Python's default is BrokenPipeError and status 1)."""
-    p = subprocess.Popen([sys.executable, "-m", "tinyspec.generate", "--prompt-file", "docs/example_prompts.txt", "--json",
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec", "generate", "--prompt-file", "docs/example_prompts.txt", "--json",
                           "--max-new-tokens", "16"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=WEIGHTS.parent)
     first = p.stdout.readline()
     p.stdout.close()  # as head does after its line
@@ -206,7 +210,7 @@ def test_a_model_trained_with_another_tokenizer_is_refused(tmp_path, capsys):
 
 
 def test_the_shipped_models_name_the_shipped_tokenizer(enc):
-    from tinyspec.cli import DEFAULT_DRAFT, DEFAULT_MODEL
+    from tinyspec.commands.cli import DEFAULT_DRAFT, DEFAULT_MODEL
     from tinyspec.model import GPT
     for path in (DEFAULT_MODEL, DEFAULT_DRAFT):
         assert GPT.from_hf(path).tokenizer_fingerprint == enc.fingerprint
@@ -229,12 +233,12 @@ def test_colour_only_on_a_terminal_or_when_asked(model_file, capsys, monkeypatch
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monkeypatch):
-    from tinyspec import methods
+    from tinyspec import decoding
 
-    def interrupted(self, prompt, sampling, generator, max_new_tokens):
+    def interrupted(self, prompt, sampling, generator):
         yield {0: Step([72], ["target"])}
         raise KeyboardInterrupt
-    monkeypatch.setattr(methods.Decoder, "steps", interrupted)
+    monkeypatch.setattr(decoding.Decoder, "steps", interrupted)
     with pytest.raises(SystemExit) as e:
         generate.main(["--prompt", "x", "--model", str(model_file)])
     out, err = capsys.readouterr()
@@ -252,11 +256,11 @@ def test_the_overview_and_help_name_every_method_and_training_job(capsys):
     """Written from what exists (methods.METHODS, train's subcommands), so they cannot fall behind."""
     from tinyspec import __main__ as overview
     from tinyspec.methods import METHODS
-    from tinyspec.train import build_parser
-    overview.main()
+    from tinyspec.commands.train import build_parser
+    overview.main([])
     text = capsys.readouterr().out
     jobs = next(a.choices for a in build_parser()._actions if a.dest == "what")
-    assert "|".join(METHODS) in text and all(job in text for job in jobs) and {"eagle", "lookup", "auto"} <= set(METHODS)
+    assert "|".join(METHODS) in text and all(job in text for job in jobs) and {"eagle", "lookup", "rest"} <= set(METHODS)
     with pytest.raises(SystemExit):
         generate.main(["--help"])
     help_text = capsys.readouterr().out
@@ -264,13 +268,14 @@ def test_the_overview_and_help_name_every_method_and_training_job(capsys):
     assert "docs/example_prompts.txt" in help_text and "prompts.jsonl" not in help_text
 
 
-@pytest.mark.parametrize("module", ["tinyspec.generate", "tinyspec.bench", "tinyspec"])
-def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130(module):
+@pytest.mark.parametrize("command", [["generate"], ["bench"], []])
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130(command):
     """Ctrl-C in the first seconds, while `import torch` runs: "[interrupted]" and status 130, as
     later, not a traceback from inside torch. Sent 0.2 s after the start, well inside the imports."""
     import signal
     import time
-    p = subprocess.Popen([sys.executable, "-m", module, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec", *command, "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
@@ -292,7 +297,7 @@ def test_run_main_gives_the_command_pythons_ctrl_c_back(monkeypatch):
     decoding can catch KeyboardInterrupt and print what it has (the test above this one's)."""
     import signal
     import tinyspec
-    from tinyspec.cli import run_main
+    from tinyspec.commands.cli import run_main
     seen = []
     monkeypatch.setattr(signal, "signal", lambda sig, handler: seen.append(handler))
     monkeypatch.setattr(signal, "getsignal", lambda sig: tinyspec.interrupted_while_starting)

@@ -1,27 +1,45 @@
-"""The house: imports point down the walkthrough's order, with no circles and no arrows back up.
+"""The house: rooms, and imports that point down them, with no circles and no arrows back up.
 
-A reader goes through the files in the order of `ORDER` (README's table, the book's chapters);
-each file may use only files before it. The commands sit on top, in `COMMANDS`' order. Every
-import counts, also one inside a function or under `if TYPE_CHECKING:`."""
+The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
+the rooms of `ROOMS`, each a folder, in order: the kernels, the methods, speed, the commands, and
+`__main__` on top. A file may use only files before it: in CORE or an earlier room, or earlier in
+its own room's order. A room's files not named in its order (a new method, say) come after the
+named ones and before the room's `__init__`, so a new method is one new file and no edit here.
+Every import counts, also one inside a function or under `if TYPE_CHECKING:`."""
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 
-ORDER = [
-    "__init__", "files",  # atomic writes, used from chapter 1 on
-    "tokenizer", "model",
-    "cli",  # what every command shares (paths, one-line errors, arguments; loading a model or tokenizer: after them)
-    "kvcache", "sampling", "decoding", "speculative", "tree", "verify", "medusa", "eagle",
-    "lookup", "lookahead", "kernels.__init__", "kernels.tree_attention", "fastpath", "data", "optim", "checkpoint", "distill",
-    "train_heads", "train", "timing", "policy", "auto", "methods", "ledger", "sizing",
-]
-COMMANDS = ["peer", "plots", "kernels.bench", "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course", "__main__"]
+CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding"]
+ROOMS = {
+    "kernels": ["tree_attention", "fastpath"],
+    "methods": ["draft", "medusa", "eagle", "lookup", "lookahead"],
+    "speed": ["timing", "policy", "ledger", "sizing", "auto"],
+    "commands": ["cli", "data", "optim", "checkpoint", "distill", "train_heads", "train", "peer", "plots", "kernel_bench",
+                 "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course"],
+}
+
+
+def name_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".")
+
+
+def rank(name: str, names: set[str]) -> tuple:
+    """Where a file sits: (room, place in the room). A room's __init__ comes after its files."""
+    if name in CORE:
+        return (0, CORE.index(name), "")
+    if name == "__main__":
+        return (len(ROOMS) + 1, 0, "")
+    room, _, file = name.partition(".")
+    order = ROOMS[room]
+    place = order.index(file) if file in order else len(order) + 1 if file == "__init__" else len(order)
+    return (list(ROOMS).index(room) + 1, place, "" if file in order else file)
 
 
 def imports(path: Path) -> set[str]:
-    """The tinyspec modules a file imports (relative imports, resolved), as ORDER names them."""
-    module = path.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".")
+    """The tinyspec modules a file imports (relative imports, resolved), as `name_of` names them."""
+    module = name_of(path)
     package = module.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -32,33 +50,45 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             found |= {n.removeprefix("tinyspec.") for n in names if n and n.startswith("tinyspec.")}
-    return {f if f in ORDER + COMMANDS else f + ".__init__" for f in found}
+    files = {name_of(p) for p in PACKAGE.rglob("*.py")}
+    return {f if f in files else f + ".__init__" for f in found}
 
 
 def test_every_file_has_its_place():
-    files = {p.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".") for p in PACKAGE.rglob("*.py")}
-    assert files == set(ORDER + COMMANDS), "a file is missing from ORDER or COMMANDS, or named there but gone"
+    for path in PACKAGE.rglob("*.py"):
+        name = name_of(path)
+        assert name in CORE or name == "__main__" or name.partition(".")[0] in ROOMS, \
+            f"{name} is in no room: put it in a folder of ROOMS, or name it in CORE"
+    for room, order in ROOMS.items():
+        for file in order:
+            assert (PACKAGE / room / f"{file}.py").is_file(), f"{room}/{file}.py is named in ROOMS but gone"
 
 
-def test_imports_point_down_the_walkthroughs_order():
-    rank = {name: i for i, name in enumerate(ORDER + COMMANDS)}
+def test_imports_point_down_the_rooms():
+    names = {name_of(p) for p in PACKAGE.rglob("*.py")}
     up = []
     for path in PACKAGE.rglob("*.py"):
-        me = path.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".")
-        up += [f"{me} imports {other}" for other in imports(path) if rank[other] >= rank[me]]
+        me = name_of(path)
+        up += [f"{me} imports {other}" for other in imports(path) if rank(other, names) >= rank(me, names)]
     assert not up, "arrows back up (or circles):\n" + "\n".join(sorted(up))
 
 
 def test_the_check_sees_a_circle_and_an_arrow_up(tmp_path, monkeypatch):
     """The check itself can fail: a planted import of a later file is reported."""
     fake = tmp_path / "tinyspec"
-    fake.mkdir()
-    (fake / "model.py").write_text("from .medusa import MedusaHeads\n")
-    (fake / "medusa.py").write_text("from .model import GPT\n")
+    (fake / "methods").mkdir(parents=True)
+    (fake / "model.py").write_text("from .methods.medusa import MedusaHeads\n")
+    (fake / "methods" / "medusa.py").write_text("from ..model import GPT\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
-    assert imports(fake / "model.py") == {"medusa"} and imports(fake / "medusa.py") == {"model"}
-    rank = {name: i for i, name in enumerate(ORDER + COMMANDS)}
-    assert rank["medusa"] > rank["model"]  # so model -> medusa is an arrow up, and with medusa -> model a circle
+    assert imports(fake / "model.py") == {"methods.medusa"} and imports(fake / "methods" / "medusa.py") == {"model"}
+    names = {"model", "methods.medusa"}
+    assert rank("methods.medusa", names) > rank("model", names)  # so model -> medusa points up, and with it a circle
+
+
+def test_a_new_method_file_has_its_place_without_an_edit():
+    names = {"methods.draft", "methods.toy", "methods.__init__"}
+    assert rank("methods.draft", names) < rank("methods.toy", names) < rank("methods.__init__", names)
+    assert rank("decoding", names) < rank("methods.toy", names) < rank("speed.sizing", names)
 
 
 def code_lines(path: Path) -> int:
@@ -75,6 +105,17 @@ def code_lines(path: Path) -> int:
 
 
 def test_no_file_is_longer_than_a_reader_takes_in_at_once():
-    long = {p.name: code_lines(p) for p in PACKAGE.rglob("*.py") if code_lines(p) > 400}
+    long = {name_of(p): code_lines(p) for p in PACKAGE.rglob("*.py") if code_lines(p) > 400}
     assert not long, f"over 400 lines of code: {long}"
     assert code_lines(PACKAGE / "verify.py") > 50  # the count counts
+
+
+def test_no_method_file_has_a_loop_over_steps_or_chooses_a_size():
+    """The one loop is decoding.decode: a method file neither drives steps (no `yield`, no call of
+    `decode` or `verify`) nor consults a policy (`choose`)."""
+    for path in (PACKAGE / "methods").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        yields = [n for n in ast.walk(tree) if isinstance(n, (ast.Yield, ast.YieldFrom))]
+        calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                 for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not yields and not calls & {"decode", "verify", "choose"}, f"{path.name} drives steps or chooses a size"

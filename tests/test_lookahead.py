@@ -8,15 +8,16 @@ import random
 import pytest
 import torch
 
-from tinyspec import bench, generate
-from tinyspec.decoding import autoregressive, feed, one_row, run
+from tinyspec.commands import bench, generate
+from tinyspec.decoding import Proposal, Row, verify
 from tinyspec.kvcache import KVCache
-from tinyspec.lookahead import NgramPool, lookahead, slide, step_inputs, step_mask, step_outputs, trie, window_mask
+from tinyspec.methods import Decoder
+from tinyspec.methods.lookahead import Lookahead, NgramPool, slide, step_inputs, step_mask, trie, window_mask
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree
 from tinyspec.verify import RULES
 
-from conftest import counting_sequences, random_gpt
+from conftest import assert_cache_holds, counting_sequences, generations, plain_tokens, random_gpt
 from test_lookup import (SAMPLING, V, check_cache_after, check_cli_equals_ar, check_distribution, exact_distribution,
                          model_file, sample_counts)  # noqa: F401 (model_file: a fixture)
 
@@ -59,26 +60,26 @@ def test_trie_merges_shared_prefixes_and_the_pool_keeps_the_most_recent():
 @torch.no_grad()
 def test_each_guess_sees_exactly_its_own_text():
     """The lookahead branch against an independent reference: the outputs of the top level, and the
-    logits of every trie node, equal those of plain forwards over the text each one sees."""
+    target's distribution at every trie node, equal those of plain forwards over the text each one
+    sees, when the loop verifies what `step_inputs` lays out (`decoding.verify`)."""
     target = random_gpt(vocab_size=64, n_ctx=64, scale=3.0, seed=3)
     prefix, root = [5, 9, 2, 7], 11
     grid = [[root, 3, 8, 1], [4, 6, 2, 9], [10, 12, 13, 14]]  # 3 levels, W = 4
     nodes, parents = trie([(20, 21, 22), (20, 23, 24), (25, 26, 27)])
     cache = KVCache.for_model(target, 64)
     target(torch.tensor([prefix]), cache=cache)
-    calls, heads = [], []
+    calls = []
     rule = lambda tokens, p, tree, q, generator: calls.append(p) or RULES["greedy"](tokens, p, tree)
-    hook = target.lm_head.register_forward_hook(lambda module, inputs, output: heads.append(output))
     tree = Tree(parents)
     x, mask, offsets, at = step_inputs(grid, nodes, tree, torch.device("cpu"))
-    [h] = feed(target, cache, [x], [mask], [offsets])  # ONE forward over the root, the window and the trie
-    step, _, top = step_outputs(target, cache, 0, len(prefix), grid, x, h, at, tree, rule, Sampling(1.0), None)
-    hook.remove()
+    row = Row(0, prefix + [root], None, torch.tensor(root))
+    proposal = Proposal(x[len(x) - len(nodes):], tree, None, (x, mask, offsets, at))
+    [v] = verify(target, cache, [row], [proposal], rule, Sampling(1.0), "4,4,3")  # ONE forward: root, window, trie
+    top = target.lm_head(v.hidden[2 * 4:3 * 4])  # the top level's outputs
     logits_after = lambda text: target(torch.tensor([text]))[0][0, -1]
     for c in range(4):  # guess (2, c) sees level 0 up to column c, then its own column
         expected = logits_after(prefix + grid[0][:c + 1] + [grid[1][c], grid[2][c]])
-        torch.testing.assert_close(heads[0][c], expected, atol=1e-4, rtol=1e-4, msg=f"column {c}")
-        assert top[c] == int(expected.argmax())
+        torch.testing.assert_close(top[c], expected, atol=1e-4, rtol=1e-4, msg=f"column {c}")
     p = calls[0]  # (T+1, V): the target's distribution after the root and after each node
     paths = {0: [root]}
     for i, (token, parent) in enumerate(zip(nodes, parents)):
@@ -86,7 +87,8 @@ def test_each_guess_sees_exactly_its_own_text():
     for i, text in paths.items():
         expected = Sampling(1.0).probs(target(torch.tensor([prefix + text]))[0][0, -1])
         torch.testing.assert_close(p[i], expected, atol=1e-5, rtol=1e-4)
-    assert cache.length == len(prefix) + len(step.tokens)  # the root and the accepted nodes only
+    assert cache.length == len(prefix) + len(v.step.tokens)  # the root and the accepted nodes only
+    assert_cache_holds(target, cache, prefix + [root] + v.step.tokens)
 
 
 def test_slide_moves_each_level_down_and_fills_while_growing():
@@ -105,8 +107,8 @@ def target():
 @pytest.mark.parametrize("window, ngram, guesses", [(1, 2, 1), (3, 2, 4), (3, 3, 2), (4, 3, 4), (2, 5, 3), (6, 4, 6)])
 def test_greedy_lookahead_equals_plain_decoding(target, counting_gpt, window, ngram, guesses):
     """On the trained counting model (whose window n-grams are often right) and on a random one,
-    with counting and random prompts; 50 tokens in a context of 64, so the last steps have no
-    room for the window and are plain."""
+    with counting and random prompts; up to 60 tokens in the counting model's context of 64, so its
+    last steps may have no room for the window and are plain."""
     rng = random.Random(window * 10 + ngram)
     g = torch.Generator().manual_seed(window * 10 + ngram)
     runs = [(counting_gpt, counting_sequences(1, rng.randint(3, 10), 32, g)[0].tolist()) for _ in range(3)]
@@ -114,26 +116,23 @@ def test_greedy_lookahead_equals_plain_decoding(target, counting_gpt, window, ng
     runs += [(target, [rng.randrange(64) for _ in range(rng.randint(1, 12))]) for _ in range(2)]
     accepted = rejected = 0
     for model, prompt in runs:
-        plain = run(autoregressive(model, [prompt], Sampling(0.0), [None], 64), 50).token_ids
-        res = run(lookahead(model, [prompt], Sampling(0.0), [None], 64, window, ngram, guesses), 50)
-        assert res.token_ids == plain, f"W={window}, N={ngram}, G={guesses}, prompt {prompt}"
+        res = generations(model, Lookahead(model), [prompt], n=50, size=f"{window},{ngram},{guesses}")[0]
+        assert res.token_ids == plain_tokens(model, prompt, 50), f"W={window}, N={ngram}, G={guesses}, prompt {prompt}"
         accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 10 and rejected > 10  # n-grams from the window were verified, and both ways
 
 
 def test_greedy_lookahead_runs_to_the_end_of_the_context(target):
     prompt = [i % 64 for i in range(100)]
-    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 128), 40)
-    res = run(lookahead(target, [prompt], Sampling(0.0), [None], 128, 4, 3, 4), 40)
+    plain = generations(target, None, [prompt], n=40)[0]
+    res = generations(target, Lookahead(target), [prompt], n=40, size="4,3,4")[0]
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
 @pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
 def test_cache_after_lookahead_steps_equals_plain_decoding(target, temperature, rule):
-    cache, prompt = KVCache.for_model(target, 128), [3, 5, 7, 9]
-    generator = torch.Generator().manual_seed(0)
-    steps = one_row(lookahead(target, [prompt], Sampling(temperature), [generator], 128, 4, 3, 4, rule, cache))
-    check_cache_after(target, cache, prompt, steps, 12)
+    check_cache_after(target, Decoder(target, Lookahead(target), "4,3,4", rule=rule), [3, 5, 7, 9],
+                      Sampling(temperature), 12)
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
@@ -158,14 +157,25 @@ def tiny_vocab():
     return model, pool, exact_distribution(model, PROMPT, SAMPLING, 3)
 
 
+class Seeded(Lookahead):
+    """Lookahead whose rows start with a copy of a pool (row i: pools[i % len(pools)]) instead of an
+    empty one, so that the first steps verify a trie (a fresh pool fills only once the window is full)."""
+
+    def __init__(self, target, pools):
+        super().__init__(target)
+        self.pools = pools
+
+    def start(self, rows, hidden, slots):
+        super().start(rows, hidden, slots)
+        for r in rows:
+            pool = self.pools[r.id % len(self.pools)]
+            r.state.pool.size, r.state.pool.table = pool.size, {a: dict(d) for a, d in pool.table.items()}
+
+
 def lookahead_counts(tiny_vocab, n_samples):
     model, pool, _ = tiny_vocab
-    def steps(seed):
-        fresh = NgramPool(3)
-        fresh.table = {a: dict(d) for a, d in pool.table.items()}  # each run starts from the same pool
-        return lookahead(model, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, 3, 3, 3, "pointmass",
-                         pools=[fresh])
-    counts, proposing = sample_counts(steps, n_samples)
+    d = Decoder(model, Seeded(model, [pool]), "3,3,3", rule="pointmass")  # each run starts from the same pool
+    counts, proposing = sample_counts(d, PROMPT, n_samples)
     assert proposing == n_samples  # every run verified a trie
     return counts
 
@@ -179,12 +189,13 @@ def test_sampled_lookahead_has_the_target_distribution_and_a_planted_bug_is_caug
 
 def test_cli_lookahead_equals_ar(model_file, capsys):
     check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookahead",
-                        [[], ["--window", "2", "--ngram", "4", "--guesses", "2"]])
+                        [[], ["--size", "2,4,2"], ["--size", "auto"]])
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--window", "0"], "--window"), (["--ngram", "1"], "--ngram"), (["--guesses", "33"], "--guesses"),
-    (["--window", "32", "--ngram", "3", "--guesses", "32"], "does not fit"), (["--accept", "lossless"], "pointmass")])
+    (["--size", "0,3,2"], "W must be in 1..32"), (["--size", "3,1,2"], "N must be in 2..8"),
+    (["--size", "3,3,33"], "G must be in 1..32"), (["--size", "32,3,32"], "does not fit"),
+    (["--accept", "lossless", "--temperature", "1"], "pointmass")])
 def test_cli_refuses_bad_lookahead_settings(model_file, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         generate.main(["--prompt", "x", "--model", str(model_file), "--method", "lookahead"] + argv)

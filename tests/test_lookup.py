@@ -1,21 +1,21 @@
 """Prompt lookup decoding against plain decoding: the n-gram index against a scan of the text,
 greedy output token for token, the cache afterwards, the sampled distribution (statistically,
 with a planted bug that must be caught), and the command lines."""
-import itertools
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import generate, specs, verify
-from tinyspec.decoding import autoregressive, one_row, run
-from tinyspec.kvcache import KVCache
-from tinyspec.lookup import NgramIndex, lookup
+from tinyspec import verify
+from tinyspec.commands import generate, specs
+from tinyspec.methods import Decoder
+from tinyspec.methods.lookup import NgramIndex, PromptLookup
 from tinyspec.sampling import Sampling
 
-from conftest import counting_sequences, random_gpt
-from test_speculative import cache_from_plain_decoding, chi_square, critical_value
+from conftest import (assert_cache_holds, counting_sequences, drive, generations, plain_tokens, random_gpt, sampled_rows,
+                      token_counts)
+from test_speculative import chi_square, critical_value
 
 
 def scanned_proposal(text, max_ngram, k):
@@ -62,42 +62,37 @@ def prompts(seed):
 def test_greedy_lookup_equals_plain_decoding(target, k, max_ngram):
     accepted = rejected = proposed = 0
     for prompt in prompts(k):
-        plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 50).token_ids
-        res = run(lookup(target, [prompt], Sampling(0.0), [None], 96, k, max_ngram), 50)
-        assert res.token_ids == plain, f"k={k}, max_ngram={max_ngram}, prompt {prompt}"
+        res = generations(target, PromptLookup(target, max_ngram), [prompt], n=50, size=str(k))[0]
+        assert res.token_ids == plain_tokens(target, prompt, 50), f"k={k}, max_ngram={max_ngram}, prompt {prompt}"
         accepted, rejected, proposed = accepted + res.accepted, rejected + res.rejections, proposed + res.proposed
     assert accepted > 20 and rejected > 0 and proposed > accepted  # both outcomes of the rule happened
 
 
 def test_greedy_lookup_runs_to_the_end_of_the_context(target):
     prompt = [i % 8 for i in range(80)]
-    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 100)
-    res = run(lookup(target, [prompt], Sampling(0.0), [None], 96, 8), 100)
+    plain = generations(target, None, [prompt], n=100)[0]
+    res = generations(target, PromptLookup(target), [prompt], n=100, size="8")[0]
     assert res.token_ids == plain.token_ids and res.stop_reason == plain.stop_reason == "context"
 
 
-def check_cache_after(target, cache, prompt, steps, n_steps):
-    """After n_steps of `steps` (which decode `prompt` into `cache`), the cache holds what plain
-    decoding of the same tokens builds, and some step proposed something."""
-    out = list(itertools.islice(steps, n_steps))
-    seq = prompt + [t for step in out for t in step.tokens]
-    n = cache.length
-    assert n == len(seq) - 1 and sum(step.proposed for step in out) > 0  # the newest token is not fed yet
-    expected = cache_from_plain_decoding(target, seq[:n], cache.max_len)
-    torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+def check_cache_after(target, d, prompt, sampling, n_steps):
+    """After n_steps target forwards of Decoder d on `prompt` (the prefill's among them), d's cache
+    holds what plain decoding of the same tokens builds, and some step proposed something."""
+    [seq], produced = drive(d.steps(prompt, sampling, torch.Generator().manual_seed(0)), [prompt], n_steps)
+    assert d.cache.length == len(seq) - 1  # the newest token is not fed yet
+    assert sum(step.proposed for p in produced for step in p.values()) > 0
+    assert_cache_holds(target, d.cache, seq)
 
 
 @pytest.mark.parametrize("temperature, rule", [(0.0, "greedy"), (1.0, "pointmass")])
 def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rule):
-    cache, prompt = KVCache.for_model(target, 96), [3, 4, 5, 3, 4, 5, 3, 4]
-    steps = one_row(lookup(target, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 96, 6, 3, rule, cache))
-    check_cache_after(target, cache, prompt, steps, 8)
+    d = Decoder(target, PromptLookup(target, 3), "6", rule=rule)
+    check_cache_after(target, d, [3, 4, 5, 3, 4, 5, 3, 4], Sampling(temperature), 8)
 
 
 def test_lookup_refuses_rules_that_need_a_draft_distribution(target):
-    with pytest.raises(ValueError, match="cannot judge"):
-        next(lookup(target, [[1, 2]], Sampling(1.0), [None], 32, rule="lossless"))
+    with pytest.raises(ValueError, match="sampled from a draft"):
+        Decoder(target, PromptLookup(target), rule="lossless").steps([1, 2], Sampling(1.0), None)
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
@@ -123,14 +118,11 @@ def exact_distribution(target, prompt, sampling, n):
     return table.flatten()
 
 
-def sample_counts(steps_for_seed, n_samples, n=3):
-    """Counts of the first n tokens over seeds 0..n_samples-1, and how many runs proposed anything."""
-    counts, proposing = torch.zeros(V ** n), 0
-    for seed in range(n_samples):
-        res = run(steps_for_seed(seed), n)
-        counts[sum(t * V ** (n - 1 - i) for i, t in enumerate(res.token_ids))] += 1
-        proposing += res.proposed > 0
-    return counts, proposing
+def sample_counts(d, prompt, n_samples, n=3):
+    """Counts of the first n tokens of Decoder d's runs on `prompt` over seeds 0..n_samples-1
+    (sampling with SAMPLING), and how many runs proposed anything."""
+    [runs] = sampled_rows(d, [prompt], SAMPLING, n_samples, n)
+    return token_counts(runs, V, n), sum(res.proposed > 0 for res in runs)
 
 
 @pytest.fixture(scope="module")
@@ -139,14 +131,14 @@ def tiny_vocab():
     target's own greedy continuation, so a looked-up proposal is often the likely token."""
     model = random_gpt(vocab_size=V, n_ctx=32, n_layer=1, n_embd=16, scale=6.0, seed=1)
     head = list(range(V))
-    prompt = head + run(autoregressive(model, [head], Sampling(0.0), [None], 32), 8).token_ids
+    prompt = head + plain_tokens(model, head, 8)
     return model, prompt, exact_distribution(model, prompt, SAMPLING, 3)
 
 
 def lookup_counts(tiny_vocab, n_samples):
     model, prompt, _ = tiny_vocab
-    counts, proposing = sample_counts(lambda seed: lookup(model, [prompt], SAMPLING, [torch.Generator().manual_seed(seed)],
-                                                          32, 3, 2, "pointmass"), n_samples)
+    d = Decoder(model, PromptLookup(model, 2), "3", rule="pointmass")
+    counts, proposing = sample_counts(d, prompt, n_samples)
     assert proposing == n_samples  # every token occurs in the prompt: every run verified a lookup
     return counts
 
@@ -178,7 +170,7 @@ def model_file(tmp_path_factory):
 
 def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
     """`generate --json` with --method `method` and each set of flags writes ar's tokens, and proposes
-    (no flags: sized for the machine)."""
+    (--size auto: sized for the machine, and it may not)."""
     base = ["--prompt", prompt, "--max-new-tokens", "24", "--model", str(model_file), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
@@ -186,19 +178,20 @@ def check_cli_equals_ar(model_file, capsys, prompt, method, flag_sets):
         generate.main(base + ["--method", method] + flags)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"]
-        if flags:  # with a size given it proposes; without, it is sized for the machine (and may not)
+        if flags[-1:] != ["auto"]:  # at its default size or a given one it proposes
             assert out["stats"]["proposed_tokens"] > 0 and "tau" in out["stats"]
         else:
             assert "sized" in out["stats"]
 
 
 def test_cli_lookup_equals_ar(model_file, capsys):
-    flag_sets = [["--k", "3"], ["--k", "8", "--max-ngram", "1"]]
+    flag_sets = [[], ["--size", "3"], ["--size", "8", "--max-ngram", "1"], ["--size", "auto"]]
     check_cli_equals_ar(model_file, capsys, "a b a b a b a b", "lookup", flag_sets)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--k", "0"], "--k"), (["--k", "17"], "--k"), (["--max-ngram", "0"], "--max-ngram"),
+    (["--size", "0"], "integer in 1..16"), (["--size", "17"], "integer in 1..16"),
+    (["--max-ngram", "0"], "--max-ngram must be in 1..8"),
     (["--accept", "lossless"], "pointmass"), (["--accept", "block"], "pointmass"), (["--cuda-graph"], "--cuda-graph")])
 def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -207,9 +200,10 @@ def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):
 
 
 def test_bench_method_specs():
-    assert specs.parse_method("lookup:4") == ("lookup", "4")
-    assert specs.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7")
-    assert specs.parse_method("lookup") == ("lookup", "")  # sized for the device (sizing.py)
-    for bad in ("lookup:auto", "lookup:0", "lookup:x", "lookahead:7,4", "lookahead:7,1,7", "lookahead:0,3,2"):
+    assert specs.parse_method("lookup:4") == ("lookup", "4", None)
+    assert specs.parse_method("lookahead:7,4,7") == ("lookahead", "7,4,7", None)
+    assert specs.parse_method("lookup") == ("lookup", "", None)  # its default size
+    assert specs.parse_method("lookup:auto@pointmass") == ("lookup", "auto", "pointmass")  # sized for the device
+    for bad in ("lookup:x", "ar:4", "lookup@nope", "lookup@lossless", "teleport"):
         with pytest.raises(SystemExit):
             specs.parse_method(bad)

@@ -1,21 +1,20 @@
 """Medusa: the heads, their checkpoints, and decoding against plain decoding: greedy token for
 token over many tree shapes, the cache afterwards, and the command line."""
-import itertools
 import json
 import random
 
 import pytest
 import torch
 
-from tinyspec import generate
-from tinyspec.decoding import autoregressive, one_row, run
-from tinyspec.distill import self_distill, train_heads
-from tinyspec.kvcache import KVCache
-from tinyspec.medusa import MedusaHeads, medusa
+from tinyspec.commands import generate
+from tinyspec.commands.distill import self_distill, train_heads
+from tinyspec.methods import Decoder
+from tinyspec.methods.medusa import Medusa, MedusaHeads
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree, from_accuracies, from_choices, save_tree
 
-from conftest import CountingCorpus, counting_sequences, random_gpt, random_heads, random_tree, refused
+from conftest import (CountingCorpus, assert_cache_holds, counting_sequences, drive, generations, looped, plain_tokens,
+                      random_gpt, random_heads, random_tree, refused)
 
 
 def test_new_heads_are_the_base_head_and_do_not_share_weights():
@@ -75,13 +74,13 @@ def test_greedy_medusa_equals_plain_decoding_on_every_tree_shape(counting_gpt, t
     g = torch.Generator().manual_seed(0)
     prompts = [counting_sequences(1, rng.randint(3, 10), 32, g)[0].tolist() for _ in range(3)]
     prompts += [[rng.randrange(32) for _ in range(rng.randint(1, 10))] for _ in range(3)]  # not counting
+    plain = [plain_tokens(counting_gpt, prompt, 40) for prompt in prompts]
     accepted = rejected = 0
     for heads in (trained_heads, random_heads(32, 3, seed=1)):
         for name, tree in TREES.items():
-            for prompt in prompts:
-                plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
-                res = run(medusa(counting_gpt, heads, [prompt], Sampling(0.0), [None], 64, tree), 40)
-                assert res.token_ids == plain, f"tree {name}, prompt {prompt}"
+            for prompt, expected in zip(prompts, plain):
+                res = generations(counting_gpt, Medusa(counting_gpt, heads, tree=tree), [prompt], n=40)[0]
+                assert res.token_ids == expected, f"tree {name}, prompt {prompt}"
                 accepted, rejected = accepted + res.accepted, rejected + res.rejections
     assert accepted > 100 and rejected > 10  # long accepted paths and corrections both happened
 
@@ -91,32 +90,25 @@ def test_lossless_rules_at_temperature_zero_are_greedy_decoding(counting_gpt, tr
     rng = random.Random(2)
     for name, tree in TREES.items():
         prompt = [rng.randrange(32) for _ in range(rng.randint(1, 10))]
-        plain = run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 30).token_ids
-        assert run(medusa(counting_gpt, trained_heads, [prompt], Sampling(0.0), [None], 64, tree, rule), 30).token_ids == plain
+        res = looped(counting_gpt, Medusa(counting_gpt, trained_heads, tree=tree), [prompt], rule=rule, n=30)[0]
+        assert res.token_ids == plain_tokens(counting_gpt, prompt, 30), f"{rule}, tree {name}"
 
 
 def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt, trained_heads):
     prompt = counting_sequences(1, 6, 32, torch.Generator().manual_seed(3))[0].tolist()
-    res = run(medusa(counting_gpt, trained_heads, [prompt], Sampling(0.0), [None], 64, TREES["default"]), 40)
-    assert res.token_ids == run(autoregressive(counting_gpt, [prompt], Sampling(0.0), [None], 64), 40).token_ids
+    res = generations(counting_gpt, Medusa(counting_gpt, trained_heads, tree=TREES["default"]), [prompt], n=40)[0]
+    assert res.token_ids == plain_tokens(counting_gpt, prompt, 40)
     assert len(res.token_ids) / res.target_steps > 1.8  # tau, tokens per target forward
 
 
 @pytest.mark.parametrize("rule, temperature", [("greedy", 0.0), ("lossless", 1.0), ("typical", 0.7)])
 def test_cache_after_medusa_steps_equals_plain_decoding(counting_gpt, trained_heads, rule, temperature):
-    cache = KVCache.for_model(counting_gpt, 64)
+    d = Decoder(counting_gpt, Medusa(counting_gpt, trained_heads, tree=TREES["random"]), rule=rule)
     prompt = [3, 5, 7, 9]
-    steps = one_row(medusa(counting_gpt, trained_heads, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 64,
-                   TREES["random"], rule, cache))
-    seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
-    n = cache.length
-    assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet
-    expected = KVCache.for_model(counting_gpt, 64)
-    with torch.no_grad():
-        for t in seq[:n]:
-            counting_gpt(torch.tensor([[t]]), cache=expected)
-    torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    assert d.cache.length == len(seq) - 1  # everything but the newest token, which has not been fed yet
+    assert any(len(step.tokens) > 1 for p in produced for step in p.values())  # paths of the tree were kept
+    assert_cache_holds(counting_gpt, d.cache, seq)
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -141,11 +133,11 @@ def test_cli_medusa_equals_ar(files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "24", "--model", str(files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for tree in (["--tree", "default"], ["--tree-nodes", "8"], ["--tree", str(files / "small.json")]):
+    for tree in ([], ["--size", "8"], ["--tree", str(files / "small.json")], ["--size", "auto"]):
         generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors")] + tree)
         out = json.loads(capsys.readouterr().out)
         assert out["token_ids"] == ar["token_ids"]
-        assert "sized" in out["stats"] if tree[1] == "default" else "tau" in out["stats"]  # default: sized for the machine
+        assert "sized" in out["stats"] if tree[1:] == ["auto"] else out["stats"]["proposed_tokens"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -153,7 +145,7 @@ def test_cli_medusa_equals_ar(files, capsys):
     (["--heads", "{d}/other_heads.safetensors"], "different target"),
     (["--tree", "{d}/deep.json"], "only 3 heads"),
     (["--tree", "{d}/none.json"], "cannot read tree"),
-    (["--tree-nodes", "0"], "tree-nodes")])
+    (["--size", "0"], "1..127"), (["--size", "2,3"], "1..127")])
 def test_cli_refuses_bad_medusa_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
     assert message in refused(generate.main, ["--prompt", "x", "--model", str(files / "target.safetensors"), "--method",
@@ -164,7 +156,7 @@ def test_cli_triton_attention_gives_the_same_tokens(files, capsys):
     """The Triton tree-attention kernel (interpreted on a CPU) against the PyTorch reference path."""
     pytest.importorskip("triton")
     base = ["--prompt", "def f(x):", "--max-new-tokens", "12", "--model", str(files / "target.safetensors"), "--json",
-            "--method", "medusa", "--heads", str(files / "heads.safetensors"), "--tree-nodes", "8"]
+            "--method", "medusa", "--heads", str(files / "heads.safetensors"), "--size", "8"]
     generate.main(base + ["--attn", "torch"])
     reference = json.loads(capsys.readouterr().out)
     generate.main(base + ["--attn", "triton"])

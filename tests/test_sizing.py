@@ -6,78 +6,113 @@ import json
 import pytest
 import torch
 
-from tinyspec import sizing
-from tinyspec.decoding import autoregressive, run
+from tinyspec.decoding import run
 from tinyspec.methods import Decoder
-from tinyspec.policy import Policy
+from tinyspec.methods.draft import DraftModel
+from tinyspec.methods.lookahead import Lookahead
+from tinyspec.methods.lookup import PromptLookup
+from tinyspec.methods.medusa import Medusa
 from tinyspec.sampling import Sampling
-from tinyspec.sizing import Sizing
+from tinyspec.speed import policy as policy_module
+from tinyspec.speed import sizing
+from tinyspec.speed.policy import Policy
+from tinyspec.speed.sizing import Sizing
 
-from conftest import random_gpt, random_heads
+from conftest import plain_tokens, random_gpt, random_heads
 from test_speculative import perturbed
 
 
+FORWARD = {"1": 0.007, "2": 0.008, "4": 0.010, "8": 0.014}  # F(n) = 0.006 + 0.001 n
+
+
 def made_up(plain_s=1.0, **rows) -> Sizing:
-    """A Sizing of a draft with C (seconds) and A (accepted) per k given as k=(C, A)."""
-    return Sizing("draft", plain_s, [{"size": k, "shape": k, "steps": 10, "seconds": c, "accepted": a}
-                                     for k, (c, a) in ((int(k[1:]), v) for k, v in rows.items())])
+    """A Sizing of a draft with C (seconds) and A (accepted) per k given as k=(C, A); its steps fed
+    k + 1 tokens each, and F(n) = 0.006 + 0.001 n seconds."""
+    return Sizing("draft", plain_s, [{"size": k[1:], "steps": 10, "seconds": c, "accepted": a,
+                                      "forward_s": 0.006 + 0.001 * (int(k[1:]) + 1)} for k, (c, a) in rows.items()],
+                  FORWARD)
 
 
 def test_the_fastest_predicted_size_is_chosen():
     s = made_up(k1=(1.2, 0.8), k2=(1.4, 1.5), k4=(2.0, 2.0))  # (1 + A) / C: 1.50, 1.79, 1.50
-    assert s.chosen()["size"] == 2 and s.speedup(s.chosen()) == pytest.approx(2.5 / 1.4)
-    assert "k = 2" in s.describe() and "1.79x" in s.describe()
+    assert s.chosen()["size"] == "2" and s.speedup(s.chosen()) == pytest.approx(2.5 / 1.4)
+    assert "auto: 2, predicted 1.79x" in s.describe()
 
 
 def test_where_no_size_pays_plain_steps_are_chosen():
     s = made_up(k1=(2.5, 0.9), k2=(3.0, 1.5))  # 0.76x and 0.83x
     assert s.chosen() is None and "no size pays" in s.describe() and "0.83x" in s.describe()
-    policy = s.policy(lambda stored: stored)
+    policy = s.policy()
     assert policy.choose(1) is None  # the policy agrees: a plain step
 
 
-def test_the_menu_keeps_the_best_shape_of_each_size():
-    s = Sizing("eagle", 1.0, [{"size": 16, "shape": [2, 6, 16], "steps": 5, "seconds": 2.0, "accepted": 3.0},
-                              {"size": 16, "shape": [4, 4, 16], "steps": 5, "seconds": 2.0, "accepted": 3.5},
-                              {"size": 8, "shape": [2, 4, 8], "steps": 0, "seconds": None, "accepted": 0.0}])
-    assert list(s.menu()) == [16] and s.menu()[16]["shape"] == [4, 4, 16]  # a size never measured is left out
-    assert s.seconds(16, [2, 6, 16]) == 2.0 and s.seconds(0) == 1.0
+def test_the_menu_leaves_out_sizes_never_measured():
+    s = Sizing("eagle", 1.0, [{"size": "2,6,16", "steps": 5, "seconds": 2.0, "accepted": 3.0},
+                              {"size": "4,4,16", "steps": 5, "seconds": 2.0, "accepted": 3.5},
+                              {"size": "2,4,8", "steps": 0, "seconds": None, "accepted": 0.0}])
+    assert list(s.menu()) == ["2,6,16", "4,4,16"] and s.chosen()["size"] == "4,4,16"
+    assert s.step_s("0", 1) == 1.0 and s.step_s("2,4,8", 9) is None
+    assert set(s.policy().promise) == {"2,6,16", "4,4,16"}
 
 
 def test_the_cost_model_adds_up_each_step_at_its_measured_cost():
     s = made_up(plain_s=0.01, k2=(0.015, 1.0), k4=(0.02, 2.0))
     # 2 prompts: their prefills (0.05 s in all) gave one token each; then 3 plain steps, 4 of k = 2, 5 of k = 4
-    assert s.predicted_s({0: 5, 2: 4, 4: 5}, prompts=2, prefill_s=0.05) == pytest.approx(0.05 + 0.03 + 0.06 + 0.1)
-    assert s.predicted_s({0: 5, 4: 2}, prompts=2, prefill_s=0.0, stored=4) == pytest.approx(0.03 + 0.04)
+    fed = {("0", 1): 5, ("2", 3): 4, ("4", 5): 5}
+    assert s.predicted_s(fed, prompts=2, prefill_s=0.05) == pytest.approx(0.05 + 0.03 + 0.06 + 0.1)
+    # a step of k = 4 that fed 3 tokens (a chain cut short) costs what F saves on 2 tokens less: 0.02 - 0.002
+    assert s.step_s("4", 3) == pytest.approx(0.018)
+    assert s.predicted_s({("0", 1): 5, ("4", 3): 2}, prompts=2, prefill_s=0.0) == pytest.approx(0.03 + 0.036)
+
+
+def test_the_forward_cost_is_interpolated_between_the_widths_measured():
+    s = made_up()
+    assert s.forward_s(1) == 0.007 and s.forward_s(4) == 0.010  # measured
+    assert s.forward_s(3) == pytest.approx(0.009) and s.forward_s(6) == pytest.approx(0.012)  # between
+    assert s.forward_s(12) == pytest.approx(0.018)  # past the widest: its last slope
 
 
 def test_the_policy_speculates_less_where_the_text_accepts_less():
     """Held-out text promised A(k); text that accepts half as much makes the cheaper k the faster."""
-    policy = Policy({2: 1.5, 6: 3.0}, lambda size, rows: {0: 1.0, 2: 1.3, 6: 2.0}[size])
-    assert policy.choose(1) == 6  # (1 + 3) / 2 = 2.0 against (1 + 1.5) / 1.3 = 1.92
+    policy = Policy({"2": 1.5, "6": 3.0}, lambda size, rows: {None: 1.0, "2": 1.3, "6": 2.0}[size])
+    assert policy.choose(1) == "6"  # (1 + 3) / 2 = 2.0 against (1 + 1.5) / 1.3 = 1.92
     for _ in range(40):
-        policy.update([1], 6, rows=None)  # a third of the promise
-    assert 0.3 < policy.a < 0.4 and policy.choose(1) == 2  # (1 + 1.0) / 2 against (1 + 0.5) / 1.3
+        policy.update([1], "6", 1)  # a third of the promise
+    assert 0.3 < policy.a < 0.4 and policy.choose(1) == "2"  # (1 + 1.0) / 2 against (1 + 0.5) / 1.3
 
 
 def test_a_size_that_merely_ties_with_a_plain_step_is_not_taken():
     """Costs are measured to a few percent: a size must promise 5% more tokens/s than a plain step."""
-    cost = lambda size, rows: {0: 1.0, 2: 1.5}[size]
-    assert Policy({2: 0.53}, cost).choose(1) is None  # (1 + 0.53) / 1.5 = 1.02 plain steps' rate
-    assert Policy({2: 0.65}, cost).choose(1) == 2  # 1.10
-    assert Policy({2: 0.53}, cost, margin=1.0).choose(1) == 2
+    cost = lambda size, rows: {None: 1.0, "2": 1.5}[size]
+    assert Policy({"2": 0.53}, cost).choose(1) is None  # (1 + 0.53) / 1.5 = 1.02 plain steps' rate
+    assert Policy({"2": 0.65}, cost).choose(1) == "2"  # 1.10
+    assert Policy({"2": 0.53}, cost, margin=1.0).choose(1) == "2"
     s = made_up(k2=(1.5, 0.53))  # what sizing reports agrees with what the policy does
-    assert s.chosen() is None and "1.02x" in s.describe() and s.policy(lambda stored: stored).choose(1) is None
+    assert s.chosen() is None and "1.02x" in s.describe() and s.policy().choose(1) is None
 
 
-def test_a_cold_first_step_does_not_shut_a_size_out():
+class Clock:
+    """The policy module's clock, made up: it reads whatever `now` is set to."""
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_a_cold_first_step_does_not_shut_a_size_out(monkeypatch):
     """Sizing's costs are whole steps, the mean of many: one slow step (the first of a process runs
     cold) must not price a size out for good, since a size no longer chosen is never timed again."""
-    policy = made_up(k2=(1.4, 1.5), k4=(2.0, 2.0)).policy(lambda stored: stored)
-    assert policy.choose(1) == 2
-    policy.update([2], 2, rows=1, seconds=14.0)  # ten times the step's measured cost
-    policy.update([], None, rows=1, seconds=0.1)  # and a plain step ten times cheaper
-    assert policy.choose(1) == 2 and policy.seconds(2, 1) == 1.4 and policy.seconds(0, 1) == 1.0
+    clock = Clock()
+    monkeypatch.setattr(policy_module, "time", clock)
+    policy = made_up(k2=(1.4, 1.5), k4=(2.0, 2.0)).policy()
+    assert policy.choose(1) == "2"
+    clock.now += 14.0  # ten times the step's measured cost
+    policy.update([2], "2", 1)
+    policy.choose(1)
+    clock.now += 0.1  # and a plain step ten times cheaper
+    policy.update([], None, 1)
+    assert policy.choose(1) == "2" and policy.seconds("2", 1) == 1.4 and policy.seconds(None, 1) == 1.0
 
 
 @pytest.fixture(scope="module")
@@ -91,31 +126,32 @@ def prompts(n=3):
     return [torch.randint(0, 64, (12,), generator=g).tolist() for _ in range(n)]
 
 
-def test_measure_times_every_shape_and_counts_what_it_accepted(models):
+def test_measure_times_every_size_and_counts_what_it_accepted(models):
     target, draft = models
-    d = Decoder(target, "draft", draft, 4)
+    proposer = DraftModel(target, draft)
     lines = []
-    s = sizing.measure("draft", d, prompts(), Sampling(0.0), new_tokens=24, progress=lines.append)
-    assert [r["size"] for r in s.shapes] == list(sizing.DRAFT_KS) and s.plain_s > 0
+    sizes = sizing.candidates(proposer, target.config.n_ctx)
+    s = sizing.measure(target, proposer, None, prompts(), Sampling(0.0), sizes, new_tokens=24, progress=lines.append)
+    assert [r["size"] for r in s.shapes] == sizes == list(DraftModel.sizes) and s.plain_s > 0
     assert lines == ["sizing draft at T = 0: warming up"] + [f"sizing draft at T = 0: prompt {i} of 3" for i in (1, 2, 3)]
     for r in s.shapes:
-        assert r["steps"] > 0 and r["seconds"] > 0 and 0 <= r["accepted"] <= r["size"]
+        assert r["steps"] > 0 and r["seconds"] > 0 and 0 <= r["accepted"] <= int(r["size"])
 
 
 def test_sizes_are_measured_once_and_read_after(models, tmp_path):
     target, draft = models
-    d = Decoder(target, "draft", draft, 4)
-    first = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
     assert first.measured_s > 0 and len(list(tmp_path.iterdir())) == 1
-    again = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
     assert again.measured_s == 0 and again.shapes == first.shapes and "measured earlier" in again.describe()
-    sampled = sizing.size("draft", d, prompts(), Sampling(1.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    sampled = sizing.size(target, proposer, None, prompts(), Sampling(1.0), tmp_path, sizes=["1", "2"])
     assert sampled.measured_s > 0 and len(list(tmp_path.iterdir())) == 2  # another sampling: another measurement
     Path = type(tmp_path)
     Path(first.path).write_text("{not json")  # a damaged file is measured again, and written anew
-    repaired = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, shapes=[(1, 1), (2, 2)])
+    repaired = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
     assert repaired.measured_s > 0 and json.loads(Path(first.path).read_text())["key"] == first.key
-    forced = sizing.size("draft", d, prompts(), Sampling(0.0), tmp_path, remeasure=True, shapes=[(1, 1), (2, 2)])
+    forced = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, remeasure=True, sizes=["1", "2"])
     assert forced.measured_s > 0
 
 
@@ -125,21 +161,19 @@ def test_sized_methods_decode_what_plain_decoding_does(models):
     target, draft = models
     heads = random_heads(32, 3, seed=1)
     heads.accuracy = torch.tensor([[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.1]])
-    plain = [run(autoregressive(target, [p], Sampling(0.0), [None], 96), 30).token_ids for p in prompts()]
-    for method, models_ in (("draft", dict(draft=draft)), ("medusa", dict(heads=heads)), ("lookup", {}),
-                            ("lookahead", {})):
-        base = Decoder(target, method, k=4, **models_)
-        s = sizing.measure(method, base, prompts(2), Sampling(0.0), new_tokens=16)
-        d = Decoder(target, method, k="auto", policy=s.policy(lambda stored: sizing.shape_of(method, base, stored)),
-                    **models_)
-        assert [run(d.steps(p, Sampling(0.0), None, 30), 30).token_ids for p in prompts()] == plain, method
+    plain = [plain_tokens(target, p, 30) for p in prompts()]
+    for proposer in (DraftModel(target, draft), Medusa(target, heads), PromptLookup(target), Lookahead(target)):
+        sizes = sizing.candidates(proposer, target.config.n_ctx)
+        s = sizing.measure(target, proposer, None, prompts(2), Sampling(0.0), sizes, new_tokens=16)
+        d = Decoder(target, proposer, policy=s.policy())
+        assert [run(d.steps(p, Sampling(0.0), None), 30).token_ids for p in prompts()] == plain, proposer.name
 
 
 def test_a_method_that_never_proposed_takes_plain_steps():
     """A lookup that found nothing on the sizing prompts: nothing to choose, so plain steps."""
-    s = Sizing("lookup", 1.0, [{"size": 4, "shape": 4, "steps": 0, "seconds": None, "accepted": 0.0}])
+    s = Sizing("lookup", 1.0, [{"size": "4", "steps": 0, "seconds": None, "accepted": 0.0}])
     assert s.chosen() is None and "plain steps" in s.describe()
-    policy = s.policy(lambda stored: stored)
+    policy = s.policy()
     assert all(policy.choose(1) is None for _ in range(100))  # not even a probe: nothing was ever measured to pay
 
 
@@ -149,19 +183,19 @@ def test_a_method_no_size_of_which_can_pay_runs_plain_decodings_loop(models):
     bookkeeping; where a size pays at held-out acceptance, the method's own loop runs."""
     target, draft = models
     never, pays = made_up(k2=(3.0, 1.5)), made_up(k2=(1.2, 1.5))  # 0.83x and 2.08x of plain decoding
-    plain = run(autoregressive(target, [prompts()[0]], Sampling(0.0), [None], 40), 20).token_ids
+    plain = plain_tokens(target, prompts()[0], 20)
     for s, own_loop in ((never, False), (pays, True)):
-        policy, asked = s.policy(lambda stored: stored), []
+        policy, asked = s.policy(), []
         choose = policy.choose
-        policy.choose = lambda rows: asked.append(rows) or choose(rows)  # the draft loop asks every step
-        d = Decoder(target, "draft", draft, "auto", policy=policy)
-        assert run(d.steps(prompts()[0], Sampling(0.0), None, 20), 20).token_ids == plain
+        policy.choose = lambda rows: asked.append(rows) or choose(rows)  # the loop asks every step
+        d = Decoder(target, DraftModel(target, draft), policy=policy)
+        assert run(d.steps(prompts()[0], Sampling(0.0), None), 20).token_ids == plain
         assert bool(asked) == own_loop
 
 
 def test_no_prediction_for_a_size_sizing_never_timed():
     """A fixed size that never proposed on the sizing prompts has no measured cost: the benchmark's
     prediction for a pass that took it is None, not a crash; plain steps are still predicted."""
-    s = Sizing("lookup", 1.0, [{"size": 4, "shape": 4, "steps": 0, "seconds": None, "accepted": 0.0}])
-    assert s.predicted_s({0: 5, 4: 3}, 1, 0.5, stored=4) is None
-    assert s.predicted_s({0: 5}, 1, 0.5) == 0.5 + 4 * 1.0
+    s = Sizing("lookup", 1.0, [{"size": "4", "steps": 0, "seconds": None, "accepted": 0.0, "forward_s": None}], FORWARD)
+    assert s.predicted_s({("0", 1): 5, ("4", 5): 3}, 1, 0.5) is None
+    assert s.predicted_s({("0", 1): 5}, 1, 0.5) == 0.5 + 4 * 1.0

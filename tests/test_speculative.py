@@ -1,6 +1,5 @@
 """Draft-model speculative decoding against plain decoding (greedy: token for token; sampled:
 the same distribution, checked statistically on a model small enough to enumerate)."""
-import itertools
 import json
 import random
 from collections import Counter
@@ -8,16 +7,15 @@ from collections import Counter
 import pytest
 import torch
 
-from tinyspec import generate
-from tinyspec.decoding import autoregressive, one_row, run, run_batch
-from tinyspec.kvcache import KVCache
-from tinyspec.policy import Policy
+from tinyspec.commands import generate
+from tinyspec.methods import Decoder
+from tinyspec.methods.draft import DraftModel, accept_or_resample, best_k, expected_speedup, expected_tokens
+from tinyspec.decoding import run
 from tinyspec.sampling import Sampling
-from tinyspec.speculative import (accept_or_resample, best_k, expected_speedup, expected_tokens,
-                                  speculative)
-from tinyspec.verify import chain_rule
+from tinyspec.speed.policy import Policy
 
-from conftest import random_gpt, refused
+from conftest import (Coin, assert_cache_holds, drive, generations, looped, plain_tokens, random_gpt, refused,
+                      sampled_rows, token_counts)
 
 
 def perturbed(model, noise, seed):
@@ -42,16 +40,16 @@ def models():
 def test_greedy_equals_plain_decoding_for_every_k_and_draft(models):
     target, drafts = models
     rng = random.Random(0)
+    cases = [(name, k, [rng.randrange(64) for _ in range(rng.randint(1, 12))])
+             for name in drafts for k in range(1, 9) for _ in range(3)]
+    plain = generations(target, None, [prompt for _, _, prompt in cases], n=40)  # rows of one batch: each its batch-1 tokens
+    proposers = {name: DraftModel(target, draft) for name, draft in drafts.items()}
     accepted_somewhere, rejected_somewhere = False, False
-    for name, draft in drafts.items():
-        for k in range(1, 9):
-            for _ in range(3):
-                prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-                plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 40).token_ids
-                spec = run(speculative(target, draft, [prompt], Sampling(0.0), [None], 96, k), 40)
-                assert spec.token_ids == plain, f"draft {name}, k={k}, prompt {prompt}"
-                accepted_somewhere |= spec.accepted > 0
-                rejected_somewhere |= spec.rejections > 0
+    for (name, k, prompt), alone in zip(cases, plain):
+        spec = generations(target, proposers[name], [prompt], n=40, size=str(k))[0]
+        assert spec.token_ids == alone.token_ids, f"draft {name}, k={k}, prompt {prompt}"
+        accepted_somewhere |= spec.accepted > 0
+        rejected_somewhere |= spec.rejections > 0
     assert accepted_somewhere and rejected_somewhere  # both branches of the rule were exercised
 
 
@@ -62,58 +60,65 @@ def test_greedy_with_other_chain_rules_equals_plain_decoding(models, rule):
     for name in ("close", "far"):
         for k in (1, 3, 6):
             prompt = [rng.randrange(64) for _ in range(rng.randint(1, 12))]
-            plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 30).token_ids
-            spec = run(speculative(target, drafts[name], [prompt], Sampling(0.0), [None], 96, k, accept=chain_rule(rule)), 30)
-            assert spec.token_ids == plain, f"{rule}, draft {name}, k={k}"
+            spec = looped(target, DraftModel(target, drafts[name]), [prompt], str(k), rule, n=30)[0]
+            assert spec.token_ids == plain_tokens(target, prompt, 30), f"{rule}, draft {name}, k={k}"
 
 
 def test_greedy_runs_to_the_end_of_the_context(models):
     target, drafts = models
     prompt = [i % 64 for i in range(80)]
-    plain = run(autoregressive(target, [prompt], Sampling(0.0), [None], 96), 100)
-    spec = run(speculative(target, drafts["close"], [prompt], Sampling(0.0), [None], 96, 6), 100)
+    plain = generations(target, None, [prompt], n=100)[0]
+    spec = generations(target, DraftModel(target, drafts["close"]), [prompt], n=100, size="6")[0]
     assert spec.token_ids == plain.token_ids and spec.stop_reason == plain.stop_reason == "context"
     assert len(prompt) + len(spec.token_ids) == 97
 
 
-def cache_from_plain_decoding(model, tokens, max_len):
-    cache = KVCache.for_model(model, max_len)
-    with torch.no_grad():
-        for t in tokens:  # one token at a time, exactly as plain decoding builds it
-            model(torch.tensor([[t]]), cache=cache)
-    return cache
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature):
+    """After 8 target forwards, the target's cache and the draft's each hold exactly what plain
+    decoding of the same text builds."""
+    target, drafts = models
+    proposer = DraftModel(target, drafts["close"])
+    d = Decoder(target, proposer, "4")
+    prompt = [5, 17, 3]
+    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    assert d.cache.length == len(seq) - 1  # everything but the newest token, not fed yet
+    assert sum(step.proposed for p in produced for step in p.values()) > 0
+    assert_cache_holds(target, d.cache, seq)
+    assert 0 < proposer.caches[0].length <= d.cache.length
+    assert_cache_holds(drafts["close"], proposer.caches[0], seq)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature):
+def test_the_drafts_cache_is_made_once_and_reused_prompt_after_prompt(models, temperature):
+    """At batch 1 both caches are made once and every prompt reuses them (longest prompt first, so
+    stale entries sit beyond the shorter ones): the tokens are those of a decoder made afresh."""
     target, drafts = models
-    draft = drafts["close"]
-    caches = (KVCache.for_model(target, 96), KVCache.for_model(draft, 96))
-    prompt = [5, 17, 3]
-    steps = one_row(speculative(target, draft, [prompt], Sampling(temperature), [torch.Generator().manual_seed(0)], 96, 4, caches))
-    seq = prompt + [t for step in itertools.islice(steps, 8) for t in step.tokens]
-    assert caches[0].length == len(seq) - 1  # everything but the newest token, not fed yet
-    for model, cache in zip((target, draft), caches):
-        n = cache.length
-        expected = cache_from_plain_decoding(model, seq[:n], 96)
-        torch.testing.assert_close(cache.k[:, :, :, :n], expected.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(cache.v[:, :, :, :n], expected.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    proposer = DraftModel(target, drafts["close"])
+    d = Decoder(target, proposer, "4")
+    tokens = lambda d, p: run(d.steps(p, Sampling(temperature), torch.Generator().manual_seed(3)), 30).token_ids
+    tokens(d, list(range(40)))
+    cache = proposer.caches[0]
+    for prompt in ([5, 17, 3], [9] * 12):
+        assert tokens(d, prompt) == tokens(Decoder(target, DraftModel(target, drafts["close"]), "4"), prompt)
+        assert proposer.caches[0] is cache
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
 
-V = 8  # tiny vocabulary: all V^2 two-token continuations can be enumerated
+V = 8  # tiny vocabulary: all V^3 three-token continuations can be enumerated
 PROMPT = [0, 1]
 
 
 @torch.no_grad()
-def exact_two_token_distribution(target, sampling):
-    """P(x1, x2 | prompt) = p(x1 | prompt) p(x2 | prompt, x1), enumerated with the target."""
-    p1 = sampling.probs(target(torch.tensor([PROMPT]))[0][0, -1])
-    table = torch.zeros(V, V)
-    for x1 in range(V):
-        table[x1] = p1[x1] * sampling.probs(target(torch.tensor([PROMPT + [x1]]))[0][0, -1])
-    return table.flatten()
+def exact_distribution(target, sampling, n=3):
+    """P(x1 .. xn | prompt) = p(x1 | prompt) p(x2 | prompt, x1) ..., enumerated with the target."""
+    table = torch.ones(1)  # (V^i,): P(x1 .. xi | prompt), x1 the most significant digit of the index
+    for i in range(n):
+        texts = [[j // V ** (i - 1 - a) % V for a in range(i)] for j in range(V ** i)]
+        p = torch.stack([sampling.probs(target(torch.tensor([PROMPT + t]))[0][0, -1]) for t in texts])  # (V^i, V)
+        table = (table[:, None] * p).flatten()
+    return table
 
 
 def chi_square(counts, expected_probs):
@@ -135,30 +140,34 @@ def critical_value(dof, z=4.26):
     return dof * (1 - a + z * a ** 0.5) ** 3
 
 
-def speculative_samples(target, draft, sampling, k, n, accept=accept_or_resample):
-    counts = torch.zeros(V * V)
-    for seed in range(n):
-        g = torch.Generator().manual_seed(seed)
-        out = run(speculative(target, draft, [PROMPT], sampling, [g], 8, k, accept=accept), 2).token_ids
-        counts[out[0] * V + out[1]] += 1
-    return counts
+def speculative_samples(target, draft, sampling, k, n, rule=None):
+    """Counts of the first three tokens over seeds 0..n-1: the prefill's (the target's own), then
+    the first speculative step's two."""
+    d = Decoder(target, DraftModel(target, draft), str(k), rule=rule)
+    [runs] = sampled_rows(d, [PROMPT], sampling, n)
+    return token_counts(runs, V)
 
 
 @pytest.fixture(scope="module")
 def tiny_vocab_models():
     target = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=1)
-    draft = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=2)  # a poor draft: many rejections
+    draft = random_gpt(vocab_size=V, n_ctx=8, n_layer=1, n_embd=16, scale=6.0, seed=3)  # a poor draft: many rejections
     return target, draft
 
 
-def assert_target_distribution(target, draft, sampling, k, accept=accept_or_resample):
-    exact = exact_two_token_distribution(target, sampling)
-    counts = speculative_samples(target, draft, sampling, k, 6000, accept)
+@torch.no_grad()
+def assert_target_distribution(target, draft, sampling, k, rule=None):
+    exact = exact_distribution(target, sampling)
+    counts = speculative_samples(target, draft, sampling, k, 6000, rule)
     stat, dof = chi_square(counts, exact)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: output is not the target's distribution"
-    q1 = sampling.probs(draft(torch.tensor([PROMPT]))[0][0, -1])
-    p1 = exact.view(V, V).sum(1)
-    assert (p1 - q1).abs().sum() / 2 > 0.2  # the draft really is far from the target: the test has teeth
+    # the draft really is far from the target where it first drafts (after the prefill's token): the test has teeth
+    p1 = exact.view(V, V * V).sum(1)
+    far = 0.0
+    for x1 in range(V):
+        p2, q2 = (sampling.probs(m(torch.tensor([PROMPT + [x1]]))[0][0, -1]) for m in (target, draft))
+        far += float(p1[x1]) * float((p2 - q2).abs().sum()) / 2
+    assert far > 0.2, far
 
 
 @pytest.mark.slow
@@ -169,7 +178,7 @@ def test_sampled_output_has_the_target_distribution(tiny_vocab_models, sampling,
 
 @pytest.mark.slow
 def test_block_verification_in_the_draft_loop_has_the_target_distribution(tiny_vocab_models):
-    assert_target_distribution(*tiny_vocab_models, Sampling(1.0), 3, accept=chain_rule("block"))
+    assert_target_distribution(*tiny_vocab_models, Sampling(1.0), 3, rule="block")
 
 
 def test_acceptance_rule_reproduces_p_for_fixed_distributions():
@@ -180,8 +189,7 @@ def test_acceptance_rule_reproduces_p_for_fixed_distributions():
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(6)
     n = 20000
-    for _ in range(n):
-        draft = torch.multinomial(q[0], 1, generator=g)
+    for draft in torch.multinomial(q[0], n, replacement=True, generator=g).view(n, 1):  # the n proposals, drawn at once
         accepted, token = accept_or_resample(p, q, draft, g)
         counts[int(draft) if accepted else int(token)] += 1
     stat, dof = chi_square(counts, p[0])
@@ -208,36 +216,16 @@ def test_best_k_falls_back_to_plain_decoding_when_speculation_does_not_pay():
     assert expected_speedup(0.8, 0.1, 4) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))
 
 
-class Coin:
-    """A chooser that picks k, or a plain step, at random: whatever it chooses, the output is exact."""
-    largest, shapes = 6, {k: k for k in range(1, 7)}
-
-    def choose(self, rows):
-        return random.choice([None, *range(1, 7)])
-
-    def update(self, accepted, shape, rows=None):
-        pass
-
-    def reset(self):
-        pass
-
-
-class Untimed(Policy):
-    """The policy without its clock (made-up costs stay what they are)."""
-    def update(self, accepted, shape, rows=None, seconds=None):
-        super().update(accepted, shape)
-
-
 def test_a_k_chosen_anew_every_step_is_still_exact(models):
     target, drafts = models
-    random.seed(0)
-    plain = run(autoregressive(target, [[3, 4]], Sampling(0.0), [None], 96), 60).token_ids
+    plain = plain_tokens(target, [3, 4], 60)
     sizes = Counter()
-    for name in ("same", "close", "unrelated"):
-        res = run(speculative(target, drafts[name], [[3, 4]], Sampling(0.0), [None], 96, Coin()), 60)
+    for seed, name in enumerate(("same", "close", "unrelated")):
+        res = generations(target, DraftModel(target, drafts[name]), n=60,
+                          policy=Coin([str(k) for k in range(1, 7)], seed=seed))[0]
         assert res.token_ids == plain
         sizes += res.sizes
-    assert sizes[0] > 3 and len(sizes) == 7  # plain steps (beyond the three prefills) and every k
+    assert sizes["0"] > 3 and len(sizes) == 7  # plain steps (beyond the three prefills) and every k
 
 
 def test_the_policy_follows_the_drafts_acceptance(models):
@@ -245,13 +233,13 @@ def test_the_policy_follows_the_drafts_acceptance(models):
     accepted, so the running ratio of accepted to promised tokens climbs well above 1 and the
     policy keeps speculating; text on which nothing is accepted turns it to plain steps."""
     target, drafts = models
-    plain = run(autoregressive(target, [[3, 4]], Sampling(0.0), [None], 96), 60).token_ids
-    promise = {k: expected_tokens(0.5, k) - 1 for k in (1, 2, 4, 6)}
-    policy = Untimed(promise, lambda size, rows: 1.0 + 0.2 * size)  # a step of k costs 1 + 0.2 k plain steps
-    assert run(speculative(target, drafts["same"], [[3, 4]], Sampling(0.0), [None], 96, policy), 60).token_ids == plain
+    plain = plain_tokens(target, [3, 4], 60)
+    promise = {str(k): expected_tokens(0.5, k) - 1 for k in (1, 2, 4, 6)}
+    policy = Policy(promise, lambda size, rows: 1.0 + 0.2 * int(size or 0))  # a step of k costs 1 + 0.2 k plain steps
+    assert generations(target, DraftModel(target, drafts["same"]), n=60, policy=policy)[0].token_ids == plain
     assert policy.a > 2 and policy.choose(1) is not None
     for _ in range(40):
-        policy.update([0], 2)
+        policy.update([0], "2", 1)
     assert policy.a < 0.1 and policy.choose(1) is None
 
 
@@ -277,21 +265,22 @@ def test_cli_draft_method_json_stats_and_equality_with_ar(model_files, capsys):
     base = ["--prompt", "def f(x):", "--max-new-tokens", "20", "--model", str(model_files / "target.safetensors"), "--json"]
     generate.main(base)
     ar = json.loads(capsys.readouterr().out)
-    for k in ("3", "auto"):
-        generate.main(base + ["--method", "draft", "--k", k, "--draft", str(model_files / "draft.safetensors")])
+    for size in ([], ["--size", "3"], ["--size", "auto"]):
+        generate.main(base + ["--method", "draft", "--draft", str(model_files / "draft.safetensors")] + size)
         spec = json.loads(capsys.readouterr().out)
         assert spec["token_ids"] == ar["token_ids"]
         stats = spec["stats"]
-        if k == "auto":  # sized for this machine (sizing.py): it may find that no k pays, and take plain steps
-            assert stats["sized"]["file"].endswith(".json")
-            continue
-        assert {"proposed_tokens", "accepted_tokens", "acceptance_rate", "tau"} <= set(stats)
         assert stats["tau"] == pytest.approx(stats["new_tokens"] / stats["target_steps"], abs=1e-3)
+        if size[1:] == ["auto"]:  # sized for this machine (sizing.py): it may find that no k pays, and take plain steps
+            assert stats["sized"]["file"].endswith(".json") and stats["size"] == "auto"
+            continue
+        assert {"proposed_tokens", "accepted_tokens", "acceptance_rate", "acceptance_by_depth", "empty_steps"} <= set(stats)
+        assert stats["size"] == (size[1] if size else "4") and stats["steps_by_size"][stats["size"]] > 0
 
 
 def test_cli_show_colours_tokens(model_files, capsys):
     generate.main(["--prompt", "x = 1", "--max-new-tokens", "12", "--model", str(model_files / "target.safetensors"),
-                   "--method", "draft", "--k", "4", "--draft", str(model_files / "draft.safetensors"), "--show", "--color",
+                   "--method", "draft", "--size", "4", "--draft", str(model_files / "draft.safetensors"), "--show", "--color",
                    "always"])
     out, err = capsys.readouterr()
     assert "\033[32m" in out and "tau" in err and "colours" in err
@@ -305,56 +294,3 @@ def test_cli_refuses_bad_draft_settings(model_files, argv, message, capsys):
     assert message in refused(generate.main, ["--prompt", "x", "--model", str(model_files / "target.safetensors"),
                                               "--method", "draft", "--draft", str(model_files / "draft.safetensors")] + argv,
                               capsys)
-
-
-class Timings(Coin):
-    """Coin's random sizes, recording for each step whether the loop asked the policy to time it."""
-    def __init__(self):
-        super().__init__()
-        self.timed = []
-
-    def update(self, accepted, shape, rows=None, seconds=None):
-        self.timed.append((shape or 0, rows is not None))
-
-
-def test_a_step_that_reads_the_prompt_is_not_timed(models):
-    """The first step feeds the whole prompt to the target, the first proposing step the whole
-    prompt to the draft: timing them as a step of their size made plain steps look dear, so a
-    sized draft never took one. Every other step is timed."""
-    target, drafts = models
-    random.seed(1)
-    chooser = Timings()
-    run(speculative(target, drafts["close"], [list(range(3, 15))], Sampling(0.0), [None], 90, chooser), 40)
-    first_proposing = next(i for i, (size, _) in enumerate(chooser.timed) if size)
-    assert not chooser.timed[0][1] and not chooser.timed[first_proposing][1]
-    assert all(timed for i, (_, timed) in enumerate(chooser.timed) if i not in (0, first_proposing))
-
-
-class Plain(Coin):
-    """A chooser that never speculates."""
-    def choose(self, rows):
-        return None
-
-
-def test_a_plain_step_is_plain_decoding_and_nothing_more(models):
-    """A plain step of the draft loop costs what plain decoding's step costs: the rule is never
-    called (it judged nothing, yet ran every step: 5% of a pass) and the draft never runs, and the
-    text is plain decoding's, greedy and sampled."""
-    target, drafts = models
-
-    def no_rule(*args):
-        raise AssertionError("a plain step ran the acceptance rule")
-
-    class Untouchable:
-        def __getattr__(self, name):
-            raise AssertionError(f"a plain step used the draft ({name})")
-
-    for sampling in (Sampling(0.0), Sampling(1.0)):
-        prompts = [[3, 4], [5, 6, 7]]
-        plain = run_batch(autoregressive(target, prompts, sampling, [torch.Generator().manual_seed(i) for i in (1, 2)],
-                                         80), 2, 40)
-        caches = (None, KVCache.for_model(drafts["close"], 160, 2))  # the draft's cache, made before it is hidden
-        ours = run_batch(speculative(target, Untouchable(), prompts, sampling,
-                                     [torch.Generator().manual_seed(i) for i in (1, 2)], 80, Plain(), caches, no_rule),
-                         2, 40)
-        assert [r.token_ids for r in ours] == [r.token_ids for r in plain]

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from tinyspec import checkpoint, data, train
-from tinyspec.cli import WEIGHTS
+from tinyspec.commands import checkpoint, data, train
+from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
@@ -28,33 +28,33 @@ def test_batches_are_shifted_windows(tmp_path):
     assert x.shape == (4, 10) and torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(x[:, 0] + 1, y[:, 0])
 
 
-def tiny_run(tmp_path, run_dir, steps, extra=()):
+def tiny_run(data_dir, run_dir, steps, extra=()):
     argv = ["gpt", "--preset", "tiny", "--steps", str(steps), "--batch-size", "8", "--lr", "3e-3", "--warmup", "5",
-            "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(tmp_path / "data"), "--stdlib-only",
+            "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(data_dir), "--stdlib-only",
             "--run-dir", str(run_dir), "--out", str(run_dir / "out.safetensors"), *extra]
     train.main(argv)
     return json.loads((train.latest_checkpoint(run_dir) / "state.json").read_text())
 
 
 @pytest.mark.slow
-def test_tiny_training_lowers_validation_loss_and_resume_is_exact(tmp_path):
-    straight = tiny_run(tmp_path, tmp_path / "a", 40)
+def test_tiny_training_lowers_validation_loss_and_resume_is_exact(corpus_dir, tmp_path):
+    straight = tiny_run(corpus_dir, tmp_path / "a", 40)
     losses = [h["val_loss"] for h in straight["history"]]
     assert losses[-1] < losses[0] - 0.5, losses  # 40 steps take a random model well below ln(8192) = 9.0
     card = (tmp_path / "a" / "out.md").read_text()
     assert "tiny" in card and f"{losses[-1]:.3f}" in card
 
-    tiny_run(tmp_path, tmp_path / "b", 40, ["--max-minutes", "1e-9"])  # stops after its first step
-    resumed = tiny_run(tmp_path, tmp_path / "b", 40, ["--resume"])
+    tiny_run(corpus_dir, tmp_path / "b", 40, ["--max-minutes", "1e-9"])  # stops after its first step
+    resumed = tiny_run(corpus_dir, tmp_path / "b", 40, ["--resume"])
     assert resumed["step"] == 40 and len(list((tmp_path / "b").glob("step-*"))) == 1  # older checkpoints removed
     a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), f"resumed run differs from the straight run in {name}"
 
 
-def test_resume_without_checkpoint_is_a_clean_error(tmp_path, capsys):
+def test_resume_without_checkpoint_is_a_clean_error(corpus_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        tiny_run(tmp_path, tmp_path / "none", 5, ["--resume"])
+        tiny_run(corpus_dir, tmp_path / "none", 5, ["--resume"])
     assert e.value.code == 2 and "no checkpoint" in capsys.readouterr().err
 
 
@@ -72,8 +72,8 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
 
 
 @pytest.mark.slow
-def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
-    straight = tiny_run(tmp_path, tmp_path / "a", 20)
+def test_a_crash_during_a_checkpoint_leaves_the_previous_one(corpus_dir, tmp_path, monkeypatch):
+    straight = tiny_run(corpus_dir, tmp_path / "a", 20)
     real_write = checkpoint.atomic_write_json
     calls = []
 
@@ -85,10 +85,10 @@ def test_a_crash_during_a_checkpoint_leaves_the_previous_one(tmp_path, monkeypat
 
     monkeypatch.setattr(checkpoint, "atomic_write_json", crash_on_second_checkpoint)
     with pytest.raises(KeyboardInterrupt):
-        tiny_run(tmp_path, tmp_path / "b", 20)
+        tiny_run(corpus_dir, tmp_path / "b", 20)
     monkeypatch.setattr(checkpoint, "atomic_write_json", real_write)
     assert json.loads((train.latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 10
-    resumed = tiny_run(tmp_path, tmp_path / "b", 20, ["--resume"])
+    resumed = tiny_run(corpus_dir, tmp_path / "b", 20, ["--resume"])
     assert resumed["step"] == straight["step"] == 20
     a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
@@ -122,14 +122,14 @@ def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeyp
     assert train.Budget(None, 6).room_for_a_step()
 
 
-def test_a_trained_model_names_its_tokenizer(tmp_path):
-    tiny_run(tmp_path, tmp_path / "r", 2)
+def test_a_trained_model_names_its_tokenizer(corpus_dir, tmp_path):
+    tiny_run(corpus_dir, tmp_path / "r", 2)
     enc = load_tokenizer(WEIGHTS / "tokenizer.tiktoken")
     assert GPT.from_hf(tmp_path / "r" / "out.safetensors").tokenizer_fingerprint == enc.fingerprint
 
 
-def test_keep_best_saves_the_weights_of_the_best_validation(tmp_path):
-    state = tiny_run(tmp_path, tmp_path / "kb", 20, ["--keep-best"])
+def test_keep_best_saves_the_weights_of_the_best_validation(corpus_dir, tmp_path):
+    state = tiny_run(corpus_dir, tmp_path / "kb", 20, ["--keep-best"])
     best = min(state["history"], key=lambda h: h["val_loss"])
     card = (tmp_path / "kb" / "out.md").read_text()
     assert f"kept: the weights of step {best['step']}" in card
@@ -196,7 +196,7 @@ def test_every_training_job_has_examples_and_documented_flags():
     parser = train.build_parser()
     jobs = next(a for a in parser._actions if a.dest == "what").choices
     for name, sub in jobs.items():
-        assert "examples:" in sub.format_help() and f"python -m tinyspec.train {name}" in sub.format_help()
+        assert "examples:" in sub.format_help() and f"python -m tinyspec train {name}" in sub.format_help()
         undocumented = [a.dest for a in sub._actions if a.help is None]
         assert not undocumented, f"train {name}: {undocumented}"
 
@@ -276,7 +276,7 @@ def test_the_corpus_lives_in_tinyspecs_home_whatever_the_directory(tmp_path, mon
     temporary home), the default of every command that reads the corpus."""
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    from tinyspec import evaluate
+    from tinyspec.commands import evaluate
     want = str(tmp_path / "home" / "data")
     assert data.build_parser().parse_args([]).data_dir == want
     assert evaluate.build_parser().parse_args([]).data_dir == want

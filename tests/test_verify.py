@@ -1,6 +1,7 @@
 """The acceptance rules of verify.py: each lossless rule reproduces the target's distribution
 (statistically, on a model small enough to enumerate), typical acceptance is shown to drift, and
 planted bugs (the rule's own source with one line changed) are caught."""
+import __future__
 import inspect
 import itertools
 import textwrap
@@ -9,14 +10,13 @@ import pytest
 import torch
 
 from tinyspec import verify
-from tinyspec.decoding import run
-from tinyspec.medusa import medusa
+from tinyspec.methods import Decoder
+from tinyspec.methods.draft import accept_or_resample
+from tinyspec.methods.medusa import Medusa
 from tinyspec.sampling import Sampling, sample
-from tinyspec.speculative import accept_or_resample
-from tinyspec.tree import Tree
-from tinyspec.verify import chain_rule
+from tinyspec.tree import Tree, chain
 
-from conftest import random_gpt, random_heads
+from conftest import random_gpt, random_heads, sampled_rows, token_counts
 from test_speculative import chi_square, critical_value
 
 
@@ -40,14 +40,10 @@ def exact_three_token_distribution(target):
 
 
 def three_token_counts(target, heads, rule, n):
-    counts, from_tree = torch.zeros(V ** 3), 0
-    for seed in range(n):
-        res = run(medusa(target, heads, [PROMPT], SAMPLING, [torch.Generator().manual_seed(seed)], 16, BRANCHING, rule), 3)
-        out = res.token_ids
-        counts[(out[0] * V + out[1]) * V + out[2]] += 1
-        from_tree += res.proposed > 0
-    assert from_tree == n  # tokens 2 and 3 always came from a tree step, never a plain fallback
-    return counts
+    d = Decoder(target, Medusa(target, heads, tree=BRANCHING), rule=rule)
+    [runs] = sampled_rows(d, [PROMPT], SAMPLING, n)
+    assert all(res.proposed > 0 for res in runs)  # tokens 2 and 3 always came from a tree step, never a plain fallback
+    return token_counts(runs, V)
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +114,20 @@ def test_pointmass_without_removing_rejected_siblings_is_caught(tiny_vocab, monk
 def chain_outputs(accept, p1, p2, p3, q1, q2, n, seed=0):
     """Counts of the first two tokens emitted when a 2-token chain x1 ~ q1, x2 ~ q2[x1] is judged by
     `accept` against the target p1, p2[x1], p3[x1, x2]; after a rejection at x1 the second token
-    comes from the target itself, as the next step would draw it. Also the mean accepted count."""
+    comes from the target itself, as the next step would draw it. Also the mean accepted count.
+    The n runs' chains, and a next step's token after each possible first one, are drawn at once
+    up front; the rule then judges run after run, drawing its own coins."""
     g = torch.Generator().manual_seed(seed)
     W = len(p1)
+    x1s = sample(q1.expand(n, W), g)  # (n,)
+    x2s = sample(q2[x1s], g)  # (n,): each after its own x1
+    nexts = sample(p2[:, None].expand(W, n, W), g)  # (W, n): run i's next token after a first token t is nexts[t, i]
     counts, accepted = torch.zeros(W * W), 0
-    for _ in range(n):
-        x1 = sample(q1, g)
-        x2 = sample(q2[x1], g)
+    for i in range(n):
+        x1, x2 = x1s[i], x2s[i]
         drafts = torch.stack([x1, x2])
         k, token = accept(torch.stack([p1, p2[x1], p3[x1, x2]]), torch.stack([q1, q2[x1]]), drafts, g)
-        out = (drafts[:k].tolist() + [int(token)] + [int(sample(p2[token], g))])[:2]
+        out = (drafts[:k].tolist() + [int(token)] + [int(nexts[token, i])])[:2]
         counts[out[0] * W + out[1]] += 1
         accepted += k
     return counts, accepted / n
@@ -143,13 +143,26 @@ def context_dependent_tables(W=3, temperature=1.5, seed=46):
     return soft(), soft(W), soft(W, W), soft(), soft(W)
 
 
-def mutant(module, name: str, old: str, new: str):
-    """`module.name` rebuilt from its source with `old` replaced by `new`: a planted bug."""
-    src = textwrap.dedent(inspect.getsource(getattr(module, name)))
+def mutant(module, name: str, old: str, new: str, owner=None):
+    """`module.name` (or the method `owner.name` of a class of `module`) rebuilt from its source
+    with `old` replaced by `new`: a planted bug."""
+    src = textwrap.dedent(inspect.getsource(getattr(owner or module, name)))
     assert old in src, f"{name} no longer contains {old!r}: update the planted bug"
     namespace = dict(vars(module))
-    exec(compile(src.replace(old, new), f"<mutant of {name}>", "exec"), namespace)
+    exec(compile(src.replace(old, new), f"<mutant of {name}>", "exec", __future__.annotations.compiler_flag), namespace)
     return namespace[name]
+
+
+def chain_rule(name: str):
+    """Rule `name` of `verify.RULES` (looked up when called, so a planted bug is seen) with the
+    signature of `accept_or_resample`, for chains: (p (k+1, V), q (k, V), drafts (k,), generator)
+    -> (n accepted, next token)."""
+    def accept(p, q, drafts, generator):
+        k = len(drafts)
+        tokens = torch.cat([drafts.new_zeros(1), drafts])  # the root's token is never read
+        path, token = verify.RULES[name](tokens, p, chain(k), torch.cat([q[:1], q]), generator)
+        return len(path) - 1, token
+    return accept
 
 
 @pytest.mark.parametrize("rule", ["block", "pointmass", "lossless", "traversal"])

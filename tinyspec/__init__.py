@@ -1,11 +1,17 @@
 """tinyspec: a readable engine for speculative decoding.
 
-One file per idea, in the order of walkthrough.md's chapters: tokenizer, model, kvcache,
-sampling and decoding, speculative (draft model), tree and verify (trees and acceptance rules),
-medusa, kernels/tree_attention (Triton) and fastpath (CUDA graphs), data, train, distill and
-optim (training), bench, timing, peer and plots (measurement). On top: cli (shared by the
-commands), generate, course; files holds the atomic writes everything uses and tinyspec's own folder
-(`files.home`: $TINYSPEC_HOME, else ~/.cache/tinyspec).
+Rooms that show the house, read in the order of walkthrough.md's chapters; imports point down:
+
+- the engine, at the top of this folder: files (atomic writes), tokenizer, model, kvcache,
+  sampling, tree and verify (token trees and the acceptance rules), decoding (plain decoding
+  and THE step loop every method runs, for any number of rows);
+- kernels/: the Triton tree-attention kernel and the fixed-shape forward (CUDA graphs);
+- methods/: one proposer per paper (draft, medusa, eagle, lookup, lookahead, ...);
+- speed/: timing, the size policy, the step ledger, sizing on the device, --size auto;
+- commands/: generate, bench, train, evaluate, figures, course (`python -m tinyspec COMMAND`).
+
+`files.home()` is tinyspec's own folder ($TINYSPEC_HOME, else ~/.cache/tinyspec): the sizing cache,
+the corpus, figures.
 """
 
 import signal

@@ -1,38 +1,53 @@
-"""`python -m tinyspec`: what the commands are, on one screen, written from what exists: the
-methods from `methods.METHODS`, the training jobs from `train`'s own subcommands."""
+"""`python -m tinyspec COMMAND ...`: every command, and with no command an overview written from
+what exists: the methods from `methods.METHODS`, the training jobs from `train`'s own subcommands."""
 
-from .cli import run_main
-from .methods import METHODS
+import importlib
+import sys
+
+# command -> its module under commands/ (each has main(argv) and --help with examples)
+COMMANDS = {"generate": "generate", "bench": "bench", "train": "train", "course": "course", "data": "data",
+            "evaluate": "evaluate", "figures": "figures"}
 
 
 def overview() -> str:
-    from .train import build_parser as train_parser
+    from .commands.train import build_parser as train_parser
+    from .methods import METHODS
     jobs = next(a.choices for a in train_parser()._actions if a.choices and a.dest == "what")
     return f"""tinyspec: a readable engine for speculative decoding (walkthrough.md is the book).
 
-  python -m tinyspec.generate   generate text, plainly or speculatively, and see what happened
+  python -m tinyspec generate   generate text, plainly or speculatively, and see what happened
       --prompt "def fibonacci(n):" --method {'|'.join(METHODS)}
-      [--show] [--temperature T] [--json] [--prompt-file FILE --batch-size B]
-  python -m tinyspec.bench      every method on the same held-out prompts: tau, tokens/s, speedup
+      [--size SIZE|auto] [--show] [--temperature T] [--json] [--prompt-file FILE --batch-size B]
+  python -m tinyspec bench      every method on the same held-out prompts: tau, tokens/s, speedup
       --quick                   (a minute or two on a CPU); `bench report --out DIR` measures every GPU
                                 figure in one command; `bench kernels` times the Triton kernel
-  python -m tinyspec.train      train {', '.join(jobs)}
+  python -m tinyspec train      train {', '.join(jobs)}
       {' | '.join(jobs)}   (outputs go to runs/, never over weights/)
-  python -m tinyspec.course     hand out chapters as assignments and grade them with the tests
+  python -m tinyspec course     hand out chapters as assignments and grade them with the tests
       list | handout DIR --chapters sampling,kvcache | grade DIR
-  python -m tinyspec.data       build the training corpus (stdlib + pinned packages); `data prompts` makes
+  python -m tinyspec data       build the training corpus (stdlib + pinned packages); `data prompts` makes
                                 the benchmark prompts from held-out modules
-  python -m tinyspec.evaluate   a target's validation loss, loops and every method's tau, without a clock
-  python -m tinyspec.figures    draw the walkthrough's figures (into --out; docs/figures holds the book's)
+  python -m tinyspec evaluate   a target's validation loss, loops and every method's tau, without a clock
+  python -m tinyspec figures    draw the walkthrough's figures (into --out; docs/figures holds the book's)
 
 Each command has --help with examples. Tests: python -m pytest (the statistical ones: -m slow).
 Sizing measurements, the corpus and figures drawn without --out are kept in $TINYSPEC_HOME (~/.cache/tinyspec).
 """
 
 
-def main() -> None:
-    print(overview(), end="")
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(overview(), end="")
+        return
+    if argv[0] not in COMMANDS:
+        print(f"error: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)} (python -m tinyspec lists them)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    from .commands.cli import run_main  # (a Ctrl-C while torch is imported: tinyspec/__init__.py)
+    module = importlib.import_module(f".commands.{COMMANDS[argv[0]]}", __package__)
+    run_main(lambda: module.main(argv[1:]))
 
 
 if __name__ == "__main__":
-    run_main(main)
+    main()

@@ -1,107 +1,209 @@
-"""Decoding loops: each method is a generator of what every target forward produced, for one
+"""Decoding: plain decoding, and the ONE step loop that every speculative method runs, for one
 sequence or for several at once (rows of a batch).
 
-Plain autoregressive decoding yields one token per target forward; the speculative methods
-(`speculative.py`, `medusa.py`, ...) yield several. Every loop is written once, for any number
-of rows: batch 1 is its simplest case (as in gpt-fast, the batch is a dimension). Several rows
-share each forward, and each row is judged alone, by the very rule it would meet alone, on its
-own slice of the logits, its own row of the cache and its own random generator, so a row's
-output does not depend on the rows beside it: greedy token for token, and sampled with exactly
-the target's distribution.
+Every method is the same loop. A step of it:
 
-What every loop shares lives here:
+1. choose the step's size (a draft's k, a tree's nodes, ...): the fixed one, or a policy's
+   choice (`speed/policy.py`); no size is a plain step. This is the only place a size is chosen;
+2. propose: the method's `Proposer` gives each row a tree of tokens below its root (the last
+   token chosen, not yet in the cache), or nothing (a plain step for that row);
+3. verify: ONE target forward over every row's root and tree, each node at position L + depth,
+   seeing only its ancestors (`Tree.tree_mask`);
+4. accept: each row's rule (`verify.py`) keeps a path of the tree and gives the target's own next
+   token; the row's cache keeps the root and that path, compacted (`KVCache.keep`);
+5. the proposer updates what it keeps between steps (a draft's cache, EAGLE's features, a
+   lookup's index); rows that are done leave; what each row got is yielded.
 
-- `feed`: ONE forward for all live rows, each its own tokens (right-padded to the longest), at
-  its own positions, under its own mask (causal, a tree's, lookahead's window);
-- `prefill`: the prompts enter the cache and each row's first token is plain decoding's;
-- `verify_trees`: the end of a step of every tree method (Medusa, EAGLE, prompt lookup;
-  `tree.py`): one target forward over each row's root and proposed tree, an acceptance rule
-  from `verify.py` for each row, and each row's cache compacted to its accepted path
-  (`accept_tree`, which lookahead decoding, feeding more than a tree, calls itself);
-- `leave`: rows that are done (end of text, their token budget, a full context) leave the
-  batch, so the forwards that follow compute only for the rest.
+Plain decoding is the loop with a proposer that proposes nothing: every step is step 3 over the
+root alone. A speculative method's plain steps are exactly those steps, so a method never pays
+for machinery it did not use in a step.
 
-A loop yields a dict {row id: Step} for the rows that took part in a forward, and is sent the
-ids of the rows that are done. `run_batch` drives it for every row; `run` for one.
+The batch is a dimension, as in gpt-fast: several rows share each forward, and each row is judged
+alone, by the very rule it would meet alone, on its own slice of the logits, its own row of the
+cache and its own random generator, so a row's output does not depend on the rows beside it
+(greedy: token for token; sampled: exactly the target's distribution).
 
-A loop calls the target through `feed`. At batch 1 a `forward(tokens, L) -> (logits, hidden)`
-may stand in for it: `fastpath.py` makes fixed-shape ones that a CUDA graph can replay.
+The loop yields {row id: Step} for the rows that took part in a forward, and is sent the ids of
+the rows that are done; `run_batch` drives it for every row, `run` for one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Protocol
+from typing import Callable, Generator
 
 import torch
 
 from .kvcache import KVCache
 from .model import GPT, causal_mask, prefix_mask
 from .sampling import Sampling, sample
-
+from .tree import Tree
+from .verify import CHAIN_ONLY, RULES, SAMPLED
 
 # Where each produced token came from (Step.sources):
 TARGET = "target"  # chosen by the target itself (plain decoding)
 ACCEPTED = "accepted"  # proposed (by a draft model, heads, a lookup) and accepted by the target
 CORRECTION = "correction"  # sampled by the target after it rejected a proposal
 BONUS = "bonus"  # sampled by the target after it accepted every proposal on its path
+PLAIN = "0"  # the size of a plain step
 
 
 @dataclass
 class Step:
-    """What one target forward pass produced: tokens, where each came from, and how many
-    tokens a proposal could add in that pass (0 for plain decoding, k for a draft, the depth of
-    a tree: accepted / proposed is then the fraction of proposed positions filled)."""
+    """What one target forward produced for a row: tokens, where each came from, how many tokens
+    the proposal could add (0 for a plain step, k for a chain, a tree's depth: accepted / proposed
+    is the fraction of proposed positions filled), the size the step verified, and how many
+    tokens the row fed the forward (1 for a plain step: the root; a step's cost grows with it)."""
     tokens: list[int]
     sources: list[str]
     proposed: int = 0
-    size: int = 0  # what the step verified: a chain's k, a tree's nodes, the tokens a lookahead step fed (0: plain)
+    size: str = PLAIN
+    fed: int = 1
 
 
 Produced = dict[int, Step]  # what one forward gave each row that took part, by row id
 Steps = Generator[Produced, list[int] | None, None]  # yields Produced; is sent the ids of the rows that are done
 
 
-class Chooser(Protocol):
-    """What a loop may be handed instead of a fixed size: each step it chooses what to propose
-    (a draft's k, a tree, ...) or nothing (None: a plain step), and hears what was accepted
-    (`policy.Policy`, chapter 12)."""
-    largest: int  # the most tokens a step it chooses may propose
-    shapes: dict  # {size: shape}: every shape it may choose
-
-    def choose(self, rows: int) -> object | None: ...
-
-    def update(self, accepted: list[int], shape, rows: int | None = None) -> None: ...
-
-    def reset(self) -> None: ...  # a new text begins
+@dataclass
+class Row:
+    """One sequence of a batch: which prompt it is, its text, its own random generator (so it draws
+    the numbers it would draw alone), and whatever its method carries from step to step."""
+    id: int
+    text: list[int]  # the prompt and every token chosen since; the last, the root, is not in the cache yet
+    generator: torch.Generator | None
+    root: torch.Tensor | None = None  # text[-1], on the device
+    state: object = None  # the proposer's (EAGLE's pending features, a lookup's index, ...)
 
 
 @dataclass
-class Row:
-    """One sequence of a batch: which prompt it is, its text so far, its own random generator (so
-    it draws the numbers it would draw alone), and the last token chosen, not yet in the cache.
-    A method's own row (`medusa.MedusaRow`, ...) adds what it carries from step to step."""
-    id: int
-    seq: list[int]  # the prompt; the draft-model loop appends its output
-    generator: torch.Generator | None
-    root: torch.Tensor | None = None
+class Proposal:
+    """What a proposer offers one row for one step: the T tokens of a tree below the row's root,
+    and q (T+1, V), the distribution each node was drawn from (row a: node a's; row 0 unused), for
+    the rules that need it; None for tokens that were chosen, not drawn.
+
+    fed: for a method that feeds more than the root and the tree in the same forward (lookahead's
+    window): (x (n,), mask (n, n), offsets (n,), at (T+1,)), where at[0] is the root's index in x
+    and at[1:] the nodes'. tree None (no tokens to judge): the row's next token is taken as plain
+    decoding takes it, from the target's distribution after the root."""
+    tokens: torch.Tensor
+    tree: Tree | None
+    q: torch.Tensor | None = None
+    fed: tuple | None = None
 
 
-def new_rows(prompts: list[list[int]], generators: list, kind=Row, **state) -> list:
-    """Row i for prompt i, with generators[i]; kind: the method's Row, state: its first values."""
-    return [kind(i, list(p), g, **state) for i, (p, g) in enumerate(zip(prompts, generators))]
+@dataclass
+class Verified:
+    """A row's step once verified: the Step, the target's hidden states of every token fed
+    (n, C), and `kept`, the indices (into what was fed) of the root and of the accepted tokens."""
+    step: Step
+    hidden: torch.Tensor
+    kept: torch.Tensor
 
 
-def ready(cache: KVCache | None, model: GPT, rows: int, size: int) -> KVCache:
-    """`cache` emptied for `rows` rows, or a new one of `size` slots per row."""
-    cache = cache if cache is not None else KVCache.for_model(model, size, rows)
-    cache.reset(rows)
-    return cache
+@dataclass(frozen=True)
+class Weights:
+    """What a method loads besides the target: the flag that names the file, the shipped file's
+    name in weights/, the class whose `load(path, device, dtype)` reads it, a noun for messages,
+    the command that trains it, and how the names of its tensors begin (so that a file of
+    another kind, given to the wrong flag, is told apart)."""
+    flag: str
+    file: str
+    kind: type
+    noun: str
+    train: str
+    holds: str
 
 
-def leave(rows: list, done, caches: list[KVCache], max_len: int) -> list:
+@dataclass(frozen=True)
+class Setting:
+    """A setting of a method that is not its size, as a command-line flag: its default (written
+    here once), its type, its range and its help."""
+    default: object
+    type: type
+    help: str
+    low: int | None = None
+    high: int | None = None
+
+
+# the setting of every method that proposes a tree (Medusa, EAGLE): a fixed shape instead of its size's
+STATIC_TREE = Setting(None, str, "a static tree, a JSON file {\"choices\": [[0], [1], [0, 0], ...]} "
+                      "(Cai et al.'s choice list), instead of the size's tree")
+
+
+class Proposer:
+    """A decoding method, as the loop and the commands see it. This base proposes nothing: it is
+    plain decoding. A method is a subclass in a file of its own under `methods/`, which says:
+
+    - name, summary (one line for every command's help), and `proposes`: "nothing", "a sampled
+      chain", "a tree" or "fixed tokens", which decides the acceptance rules exact for it
+      (`methods.check_rule`);
+    - weights: what it loads besides the target (a `Weights`), and settings: its other flags;
+    - its sizes: `default_size` (what it runs at when named), `sizes` (what `--size auto`
+      measures on the device), `shape(size)` (a size as the method reads it: a k, a Tree, ...),
+      `room(shape)` (the most tokens a step of that shape feeds beyond the root);
+    - `start` (a batch's rows begin, with the target's hidden states of each prompt), `propose`
+      (a `Proposal` or None per row) and `update` (what it keeps, once the target has judged).
+    `caches` are KVCaches with a row per live row; the loop narrows them as rows leave."""
+    name = "ar"
+    chapter = 4  # of the walkthrough, which orders the methods in every command's help
+    summary = "plain autoregressive decoding"
+    proposes = "nothing"
+    weights: Weights | None = None
+    settings: dict[str, Setting] = {}
+    reduced_vocab = False  # proposes through an LM head that --draft-vocab may shrink
+    default_size: str | None = None
+    sizes: tuple[str, ...] = ()
+    size_help = ""
+    n_ctx: int | None = None  # a context limit of the proposer's own (a draft model's), if any
+    caches: tuple[KVCache, ...] = ()
+
+    def shape(self, size: str):
+        raise ValueError(f"{self.name} has no sizes")
+
+    def room(self, shape) -> int:
+        return 0
+
+    def rule(self, name: str):
+        """The acceptance rule `name` for this method's proposals (`verify.RULES`)."""
+        return RULES[name]
+
+    def identity(self) -> dict:
+        """What the method's measured costs and acceptance depend on beyond its weights (modules)
+        and settings: a datastore's size, say (`speed/sizing.py` keys its cache by it)."""
+        return {}
+
+    def start(self, rows: list[Row], hidden: list[torch.Tensor], slots: int) -> None:
+        """New rows (a new batch of prompts): hidden[b] (P_b, C) are the target's hidden states of
+        row b's prompt; slots: the cache slots a row may use (its context plus one step's room)."""
+
+    def propose(self, rows: list[Row], shape, room: list[int], sampling: Sampling, sampled: bool) -> list:
+        """Each row's Proposal for a step of `shape`, or None; room[b]: the deepest position
+        offset row b may feed (the context's end). sampled: the rule needs nodes drawn from q."""
+        return [None] * len(rows)
+
+    def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
+        """After the target judged: row b's text already holds what it accepted (verified[b].step)."""
+
+
+class Clock:
+    """Where the loop's time goes, by part (`speed/ledger.py` keeps one); this one keeps nothing."""
+
+    def part(self, name: str):
+        return NOTHING
+
+
+NOTHING = contextlib.nullcontext()  # one, reused: a plain step should not pay for a clock nobody reads
+
+NO_CLOCK = Clock()
+
+
+# ---- the parts of a step ----------------------------------------------------------------------
+
+def leave(rows: list[Row], done, caches, max_len: int) -> list[Row]:
     """The rows that go on: not done, and with room left in the context (the target's cache,
     caches[0], below max_len); every cache keeps just theirs."""
     done = done or ()
@@ -148,7 +250,7 @@ def last(h: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([x[-1] for x in h])
 
 
-def sample_rows(p: torch.Tensor, rows: list, sampling: Sampling) -> list[torch.Tensor]:
+def sample_rows(p: torch.Tensor, rows: list[Row], sampling: Sampling) -> list[torch.Tensor]:
     """One token per row from p (B, V), each drawn with the row's own generator. Greedy (p one-hot):
     every row's argmax at once, which is what `sample` would return."""
     if sampling.temperature == 0:
@@ -156,92 +258,224 @@ def sample_rows(p: torch.Tensor, rows: list, sampling: Sampling) -> list[torch.T
     return [sample(p[b], r.generator) for b, r in enumerate(rows)]
 
 
-def prefill(target: GPT, cache: KVCache, rows: list, sampling: Sampling) -> list[torch.Tensor]:
+def prefill(target: GPT, cache: KVCache, rows: list[Row], sampling: Sampling) -> list[torch.Tensor]:
     """The prompts enter the cache, and each row's first token (plain decoding) becomes its root.
     Returns each row's hidden states of its prompt [(P_b, C)]."""
     device = target.lm_head.weight.device
-    h = feed(target, cache, [torch.tensor(r.seq, device=device) for r in rows])
+    h = feed(target, cache, [torch.tensor(r.text, device=device) for r in rows])
     for r, root in zip(rows, sample_rows(sampling.probs(target.lm_head(last(h))), rows, sampling)):
         r.root = root
+        r.text.append(int(root))
     return h
 
 
-def first_steps(rows: list) -> Produced:
-    """What the prefill gave: each row's first token, chosen by the target."""
-    return {r.id: Step([int(r.root)], [TARGET]) for r in rows}
+def layout(root: torch.Tensor, proposal: Proposal | None):
+    """What a row feeds: (x (n,), mask (n, n) or None for a lone token, offsets (n,), at (T+1,) or
+    None when x is the root and the tree's nodes in order)."""
+    if proposal is None:
+        return root.view(1), None, None, None
+    if proposal.fed is not None:
+        return proposal.fed
+    return torch.cat([root.view(1), proposal.tokens]), proposal.tree.tree_mask, proposal.tree.depth, None
 
 
-@torch.no_grad()
-def autoregressive(model: GPT, prompts: list[list[int]], sampling: Sampling, generators: list, max_len: int,
-                   cache: KVCache | None = None, forward: Callable | None = None) -> Steps:
-    """Plain decoding: one target forward per token, for every row at once; the baseline every
-    speedup is against. max_len: the context (cache slots) a row may fill; cache: reused if given
-    (emptied first); forward: a one-token forward over it (batch 1; default: `feed`)."""
-    cache = ready(cache, model, len(prompts), max_len)
-    rows = new_rows(prompts, generators)
-    prefill(model, cache, rows, sampling)
-    done = yield first_steps(rows)
-    while rows := leave(rows, done, [cache], max_len):
-        if forward is not None:
-            logits = forward(rows[0].root.view(1), cache.lengths[0])[0][:, -1]  # (1, V)
-        else:
-            logits = model.lm_head(last(feed(model, cache, [r.root.view(1) for r in rows])))  # (B, V)
-        for r, token in zip(rows, sample_rows(sampling.probs(logits), rows, sampling)):
+def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, sampling: Sampling, size: str,
+           forward: Callable | None = None, clock: Clock = NO_CLOCK) -> list[Verified]:
+    """Steps 3-4 for every row at once: ONE target forward over each row's root and proposal, then
+    each row's rule and cache compaction. A row without a proposal takes a plain step: its token
+    comes from the target's distribution after its root, as plain decoding takes it (all such rows
+    in one draw). forward(x, L): batch 1, a recorded forward of this many tokens (`kernels/fastpath.py`).
+    Sets each row's next root."""
+    if all(prop is None for prop in proposals):  # every row a plain step: plain decoding's step, nothing more
+        with clock.part("target"):
+            h = feed(target, cache, [r.root.view(1) for r in rows]) if forward is None or len(rows) > 1 else \
+                [forward(rows[0].root.view(1), cache.lengths[0])[1][0]]
+            tokens = sample_rows(sampling.probs(target.lm_head(last(h))), rows, sampling)
+        kept = torch.zeros(1, dtype=torch.long, device=h[0].device)
+        for r, token in zip(rows, tokens):
             r.root = token
-        done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
-
-
-def verify_trees(target: GPT, cache: KVCache, rows: list, proposals: list, accept, sampling: Sampling,
-                 forward: Callable | None = None) -> list[tuple[Step, torch.Tensor]]:
-    """Steps 2-4 of a tree method for every row at once: ONE target forward over each row's root
-    and proposed tree (each node at position L + depth, seeing only its ancestors,
-    `Tree.tree_mask`), then each row's rule and cache compaction (`accept_tree`).
-    proposals[b]: (tokens (T,), tree, q or None), or None for a plain step (no proposal, or no
-    room for one). forward(x, L): batch 1, a forward for this tree (e.g. a recorded one).
-    Sets each row's next root; returns [(Step, hidden states of the row's accepted tokens, the root first)]."""
+        return [Verified(Step([int(token)], [TARGET]), x, kept) for x, token in zip(h, tokens)]
     before = list(cache.lengths)
-    inputs = [r.root.view(1) if prop is None else torch.cat([r.root.view(1), prop[0]]) for r, prop in zip(rows, proposals)]
-    if forward is not None and proposals[0] is not None:  # batch 1, the recorded forward
-        logits, hidden = forward(inputs[0], before[0])
-        all_logits, h = [logits[0]], [hidden[0]]
-    else:
-        h = feed(target, cache, inputs, [None if prop is None else prop[1].tree_mask for prop in proposals],
-                 [None if prop is None else prop[1].depth for prop in proposals])
-        all_logits = target.lm_head(torch.cat(h)).split([len(x) for x in h])  # one LM-head product for all rows
-    out, plain = [], [b for b, prop in enumerate(proposals) if prop is None]
+    fed = [layout(r.root, prop) for r, prop in zip(rows, proposals)]
+    with clock.part("target"):
+        if forward is not None and len(rows) == 1 and len(fed[0][0]) == forward.n:
+            logits, hidden = forward(fed[0][0], before[0])
+            h, judged = [hidden[0]], [logits[0] if fed[0][3] is None else logits[0][fed[0][3]]]
+        else:
+            h = feed(target, cache, [f[0] for f in fed], [f[1] for f in fed], [f[2] for f in fed])
+            wanted = [x if f[3] is None else x[f[3]] for x, f in zip(h, fed)]  # the root's and the nodes' only
+            judged = target.lm_head(torch.cat(wanted)).split([len(x) for x in wanted])  # one LM-head product
+    out: list[Verified | None] = [None] * len(rows)
+    plain = [b for b, prop in enumerate(proposals) if prop is None or prop.tree is None]
     if plain:  # the plain steps' tokens all at once, as plain decoding takes them
-        p = sampling.probs(torch.stack([all_logits[b][0] for b in plain]))
-        for b, root in zip(plain, sample_rows(p, [rows[b] for b in plain], sampling)):
-            rows[b].root = root
+        tokens = sample_rows(sampling.probs(torch.stack([judged[b][0] for b in plain])), [rows[b] for b in plain],
+                             sampling)
+        for b, token in zip(plain, tokens):
+            rows[b].root = token
+            if len(fed[b][0]) > 1:  # it fed more than its root (lookahead's window): the cache keeps the root
+                with clock.part("cache"):
+                    cache.truncate(before[b] + 1, b)
+            out[b] = Verified(Step([int(token)], [TARGET], size=PLAIN if proposals[b] is None else size,
+                                   fed=len(fed[b][0])), h[b], torch.zeros(1, dtype=torch.long, device=h[b].device))
     for b, (r, prop) in enumerate(zip(rows, proposals)):
-        if prop is None:
-            out.append((Step([int(r.root)], [TARGET]), h[b]))
+        if out[b] is not None:
             continue
-        tokens, tree, q = prop
-        step, r.root, path = accept_tree(cache, b, before[b], inputs[b], all_logits[b], tree, accept, sampling, q,
-                                         r.generator)
-        out.append((step, h[b][path]))
+        x, at = fed[b][0], fed[b][3]
+        with clock.part("rule"):
+            path, r.root = rule(x if at is None else x[at], sampling.probs(judged[b]), prop.tree, prop.q, r.generator)
+        kept = path if at is None else at[path]
+        with clock.part("cache"):
+            cache.keep((before[b] + kept).tolist(), b)  # the root (slot L) and the accepted nodes, compacted
+        accepted = x[kept[1:]].tolist()
+        kind = CORRECTION if prop.tree.children(int(path[-1])) else BONUS
+        out[b] = Verified(Step(accepted + [int(r.root)], [ACCEPTED] * len(accepted) + [kind], prop.tree.max_depth, size,
+                               len(x)), h[b], kept)
     return out
 
 
-def accept_tree(cache: KVCache, row: int, L: int, x: torch.Tensor, logits: torch.Tensor, tree, accept,
-                sampling: Sampling, q: torch.Tensor | None, generator, slots: torch.Tensor | None = None):
-    """Steps 3-4 of a tree method for one row, once the forward has run: the rule judges the
-    tree, the row's cache keeps the root and the accepted path, and the Step says what came out.
-    Returns (the Step, the next root, the accepted path as indices into x).
+# ---- THE loop ---------------------------------------------------------------------------------
 
-    x (T+1,): the root, then the tree's nodes; logits (T+1, V): the target's after each of them;
-    L: the row's cache length before the forward. slots (T+1,): where the forward put each of x
-    in the cache, counted from L (default 0..T: root and tree were all it fed; lookahead
-    decoding feeds more between them)."""
-    path, nxt = accept(x, sampling.probs(logits), tree, q, generator)
-    where = path if slots is None else slots[path]
-    cache.keep((L + where).tolist(), row)  # the root (slot L) and the accepted nodes, compacted
-    accepted = x[path[1:]].tolist()
-    kind = CORRECTION if tree.children(int(path[-1])) else BONUS
-    step = Step(accepted + [int(nxt)], [ACCEPTED] * len(accepted) + [kind], proposed=tree.max_depth, size=len(tree))
-    return step, nxt, path
+@torch.no_grad()
+def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: Sampling, generators: list,
+           shapes: dict | None = None, policy=None, rule: str = "greedy", cache: KVCache | None = None,
+           forward: Callable | None = None, clock: Clock = NO_CLOCK) -> Steps:
+    """Decode every row (prompt i is row i, sampling with generators[i]) with `proposer`; yields
+    what each target forward gave each row.
 
+    shapes: {size: shape} the steps may take: without a policy, the one entry is every step's
+    size (none: plain decoding); policy: chooses a size of `shapes` (or a plain step) every step
+    and hears what was accepted (`speed/policy.py`). rule: the acceptance rule's name
+    (`verify.RULES`, as the proposer reads it: `Proposer.rule`). cache: the target's, reused if given (emptied first), with room for
+    the context and one step. forward(x, L): batch 1, a recorded forward (`kernels/fastpath.py`)
+    used for every step that feeds as many tokens as it was recorded for. clock: times the parts
+    of each step (`speed/ledger.py`)."""
+    shapes = shapes or {}
+    fixed = next(iter(shapes), None) if policy is None else None
+    n_ctx = min(target.config.n_ctx, proposer.n_ctx or target.config.n_ctx)
+    slots = n_ctx + max((proposer.room(s) for s in shapes.values()), default=0) + 1
+    if cache is None:  # a prompt may be as long as the target's context, where the proposer's is shorter
+        cache = KVCache.for_model(target, slots + target.config.n_ctx - n_ctx, len(prompts))
+    cache.reset(len(prompts))
+    rows = [Row(i, list(p), g) for i, (p, g) in enumerate(zip(prompts, generators))]
+    hidden = prefill(target, cache, rows, sampling)
+    if shapes:  # (a loop that never proposes never starts its proposer: plain decoding pays for nothing more)
+        with clock.part("propose"):
+            proposer.start(rows, hidden, slots)
+    accept, sampled = proposer.rule(rule), rule in SAMPLED  # sampled: the rule needs nodes drawn from q
+    done = yield {r.id: Step([int(r.root)], [TARGET]) for r in rows}
+    while rows := leave(rows, done, (cache, *proposer.caches), n_ctx):
+        size = policy.choose(len(rows)) if policy is not None else fixed  # 1. the only place a size is chosen
+        proposals = [None] * len(rows)
+        if size is not None:  # 2. propose, each row within its own room (positions up to the context's end)
+            with clock.part("propose"):
+                proposals = proposer.propose(rows, shapes[size], [n_ctx - 1 - L for L in cache.lengths], sampling,
+                                             sampled)
+        verified = verify(target, cache, rows, proposals, accept, sampling, size, forward, clock)  # 3-4
+        for r, v in zip(rows, verified):
+            r.text += v.step.tokens
+        if shapes:  # 5. what the proposer keeps between steps (a plain step's tokens too: its index, its features)
+            with clock.part("propose"):
+                proposer.update(rows, proposals, verified)
+        if policy is not None:  # what every row that proposed accepted; the policy keeps its own clock
+            policy.update([len(v.step.tokens) - 1 for v, prop in zip(verified, proposals) if prop is not None], size,
+                          len(rows))
+        done = yield {r.id: v.step for r, v in zip(rows, verified)}
+
+
+def autoregressive(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list,
+                   cache: KVCache | None = None, forward: Callable | None = None) -> Steps:
+    """Plain decoding: one target forward per token, for every row at once; the baseline every
+    speedup is against. The loop with a proposer that proposes nothing."""
+    return decode(target, Proposer(), prompts, sampling, generators, cache=cache, forward=forward)
+
+
+# ---- a method ready for prompt after prompt ------------------------------------------------------
+
+def rule_problem(proposer: Proposer | type[Proposer], rule: str | None, temperature: float) -> str | None:
+    """The one-line reason `rule` cannot judge the proposer's proposals at `temperature` and keep
+    the output the target's own, or None if it can. Exact are: every rule at T = 0 (the greedy
+    rule is then used: every exact rule's text is the argmax's, and greedy accepts the most), and
+    at T > 0 every rule the proposals suit: the rules of `verify.SAMPLED` need nodes drawn from a
+    q, block judges a chain; `typical` is the one rule allowed that is not exact (documented as
+    lossy). The greedy rule at T > 0 is refused: its verified steps take the argmax while the
+    first token and every plain step are sampled, so the text is neither sampling nor greedy."""
+    if rule is None:
+        return None
+    if proposer.proposes == "nothing":
+        return f"plain decoding proposes nothing: no acceptance rule applies"
+    if proposer.proposes == "fixed tokens" and rule in SAMPLED:
+        return f"the {rule} rule needs proposals sampled from a draft; {proposer.name} proposes fixed tokens: use pointmass"
+    if proposer.proposes != "a sampled chain" and rule in CHAIN_ONLY:
+        return f"the {rule} rule verifies a chain (the draft method), not a tree"
+    if rule == "greedy" and temperature > 0:
+        return f"the greedy rule at temperature {temperature:g} is neither sampling nor greedy decoding"
+    return None
+
+
+def default_rule(proposer: Proposer, rule: str | None, temperature: float) -> str:
+    """The rule a run uses: greedy at temperature 0 whatever was asked (every exact rule's text is
+    then the argmax's, and greedy accepts the most), else `rule`, or by default lossless, or
+    pointmass for fixed tokens, which were not drawn from a q (verify.py)."""
+    if temperature == 0:
+        return "greedy"
+    return rule or ("pointmass" if proposer.proposes == "fixed tokens" else "lossless")
+
+
+class Decoder:
+    """A method over loaded models, ready for prompt after prompt: `batch_steps(prompts, ...)` is
+    its loop for several prompts at once (`decode`), `steps(prompt, ...)` for one.
+
+    proposer: the method (default: plain decoding); size: the size every step takes (default:
+    the method's default size), or policy: a `speed/policy.Policy` that chooses each step's size,
+    or a plain step, from the sizes it knows; rule: the acceptance rule's name (default: see
+    `default_rule`); record(model, cache, shape): makes a fixed-shape forward over the cache, for
+    plain decoding or a method at one fixed tree (`kernels/fastpath.fixed_forward`, a CUDA graph on
+    a GPU). The target's cache at batch 1 (and the recorded forward) are made once, here, and every
+    prompt reuses them; a batch makes its own."""
+
+    def __init__(self, target: GPT, proposer: Proposer | None = None, size: str | None = None, policy=None,
+                 rule: str | None = None, record: Callable | None = None):
+        self.target, self.proposer, self.policy, self.rule = target, proposer or Proposer(), policy, rule
+        if policy is not None:
+            self.shapes = {s: self.proposer.shape(s) for s in policy.promise}
+        else:
+            size = size or self.proposer.default_size
+            self.shapes = {size: self.proposer.shape(size)} if size else {}
+        self.size = None if policy is not None else next(iter(self.shapes), None)
+        room = max((self.proposer.room(s) for s in self.shapes.values()), default=0)
+        self.cache = KVCache.for_model(target, target.config.n_ctx + room + 1)
+        self.forward, self.clock = None, NO_CLOCK
+        if record is not None:  # recorded now, while the cache is empty
+            shapes = list(self.shapes.values())
+            if policy is not None or not (not shapes or isinstance(shapes[0], Tree)):
+                raise ValueError("a recorded forward has one shape: plain decoding, or a method at one fixed tree")
+            self.forward = record(target, self.cache, shapes[0] if shapes else None)
+
+    def steps(self, prompt: list[int], sampling: Sampling, generator) -> Steps:
+        """The loop for one prompt (drive it with `run`)."""
+        return self.batch_steps([prompt], sampling, [generator])
+
+    def batch_steps(self, prompts: list[list[int]], sampling: Sampling, generators: list) -> Steps:
+        """The loop for these prompts, prompt i row i, generators[i] its own (drive it with
+        `run_batch`). Batch 1 reuses the cache (and the recorded forward) made here."""
+        problem = rule_problem(self.proposer, self.rule, sampling.temperature)
+        if problem:
+            raise ValueError(problem)
+        if self.forward is not None and len(prompts) > 1:
+            raise ValueError("a recorded forward decodes one prompt at a time")
+        proposer, shapes, policy = self.proposer, self.shapes, self.policy
+        if policy is not None:
+            policy.reset()  # a new text: the policy's acceptance starts from its promise again
+            if not policy.may_speculate(len(prompts)):
+                # no size pays on this device even on held-out text, so every step would be a plain step:
+                # the method is plain decoding here, and runs as plain decoding, without its bookkeeping
+                proposer, shapes, policy = Proposer(), {}, None
+        own = self.cache if len(prompts) == 1 else None
+        return decode(self.target, proposer, prompts, sampling, generators, shapes, policy,
+                      default_rule(self.proposer, self.rule, sampling.temperature), own, self.forward, self.clock)
+
+
+# ---- driving a loop -----------------------------------------------------------------------------
 
 @dataclass
 class Result:
@@ -251,23 +485,36 @@ class Result:
     proposed: int = 0  # tokens proposed by a draft model, heads or a lookup
     accepted: int = 0  # ... of which the target accepted
     rejections: int = 0  # steps that ended in a rejection (the rest accepted everything)
-    sizes: Counter = field(default_factory=Counter)  # steps by the size they verified (Step.size; 0: plain)
+    sizes: Counter = field(default_factory=Counter)  # steps by the size they verified (Step.size; "0": plain)
+    fed: Counter = field(default_factory=Counter)  # steps by (size, tokens fed): what the cost model adds up
+    accepted_at: Counter = field(default_factory=Counter)  # steps that accepted the proposal's token at depth d
+    speculated: int = 0  # steps that proposed (the rest were plain steps)
+    empty: int = 0  # ... of which accepted nothing
     wall_s: float = 0.0
     prefill_s: float = 0.0  # ... of which the prompt's forward and the first token
     stop_reason: str = "length"  # "length", "eot", "context" or "interrupted"
 
     def stats(self) -> dict:
+        """The run's figures: tau is tokens per target forward, the correction or bonus token
+        included (1.0 where no step speculated)."""
         n = len(self.token_ids)
         out = {"new_tokens": n, "target_steps": self.target_steps, "wall_s": round(self.wall_s, 4),
-               "tokens_per_s": round(n / self.wall_s, 2) if self.wall_s else 0.0, "stop_reason": self.stop_reason}
-        if self.proposed:
+               "tokens_per_s": round(n / self.wall_s, 2) if self.wall_s else 0.0, "stop_reason": self.stop_reason,
+               "tau": round(n / max(1, self.target_steps), 4),
+               "acceptance_rate": round(self.accepted / self.proposed, 4) if self.proposed else 0.0,
+               "steps_by_size": {size: count for size, count in sorted(self.sizes.items(), key=size_order)}}
+        if self.speculated:
             out.update(proposed_tokens=self.proposed, accepted_tokens=self.accepted, rejections=self.rejections,
-                       acceptance_rate=round(self.accepted / self.proposed, 4),
-                       # tau: tokens per target forward, the correction or bonus token included
-                       tau=round(n / max(1, self.target_steps), 4))
-        if any(self.sizes):  # steps by the size they verified (0: plain), if any step speculated
-            out["steps_by_size"] = {str(size): count for size, count in sorted(self.sizes.items())}
+                       # of the steps that proposed: the share that accepted the token at depth d, and none
+                       acceptance_by_depth=[round(self.accepted_at[d] / self.speculated, 4)
+                                            for d in range(1, max(self.accepted_at, default=0) + 1)],
+                       empty_steps=round(self.empty / self.speculated, 4))
         return out
+
+
+def size_order(item) -> tuple:
+    """Sizes in a readable order: plain first, then by the numbers they are spelled with."""
+    return tuple(int(x) if x.isdigit() else 0 for x in item[0].split(","))
 
 
 def run_batch(steps: Steps, rows: int, max_new_tokens: int, stop_id: int | None = None,
@@ -285,6 +532,7 @@ def run_batch(steps: Steps, rows: int, max_new_tokens: int, stop_id: int | None 
         if device is not None and device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
+    reason = "context"
     try:
         produced = next(steps)
         for res in results:
@@ -292,16 +540,16 @@ def run_batch(steps: Steps, rows: int, max_new_tokens: int, stop_id: int | None 
         while True:
             done = []
             for row, step in produced.items():
-                reason = take(results[row], step, max_new_tokens, stop_id, on_step)
-                if reason:
-                    results[row].stop_reason, results[row].wall_s = reason, now()
+                stop = take(results[row], step, max_new_tokens, stop_id, on_step)
+                if stop:
+                    results[row].stop_reason, results[row].wall_s = stop, now()
                     done.append(row)
             ended.update(done)
             if len(ended) == rows:
                 break
             produced = steps.send(done)
     except StopIteration:
-        reason = "context"  # the method ran out of context window
+        reason = "context"  # every row that went on filled its context window
     except KeyboardInterrupt:  # Ctrl-C: every row keeps what it has
         reason = "interrupted"
     for row in set(range(rows)) - ended:
@@ -315,18 +563,13 @@ def run(steps: Steps, max_new_tokens: int, stop_id: int | None = None,
     return run_batch(steps, 1, max_new_tokens, stop_id, on_step, device)[0]
 
 
-def one_row(steps: Steps):
-    """The Steps of a loop of one row, one per target forward (to read a loop step by step)."""
-    for produced in steps:
-        yield produced[0]
-
-
 def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_step) -> str | None:
     """Add one step's tokens to the result, up to the budget or end of text; returns the stop
     reason if the run ends here."""
     res.target_steps += 1
     res.proposed += step.proposed
     res.sizes[step.size] += 1
+    res.fed[step.size, step.fed] += 1
     room = max_new_tokens - len(res.token_ids)
     keep, reason = len(step.tokens), None
     if stop_id in step.tokens[:room]:  # end of text within the budget (past it, the budget ends first)
@@ -335,8 +578,14 @@ def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_s
         keep, reason = room, "length"
     res.token_ids += step.tokens[:keep]
     res.sources += step.sources[:keep]
+    accepted = step.sources.count(ACCEPTED)
     res.accepted += step.sources[:keep].count(ACCEPTED)
     res.rejections += CORRECTION in step.sources[:keep]
+    if step.proposed:
+        res.speculated += 1
+        res.empty += accepted == 0
+        for d in range(1, accepted + 1):
+            res.accepted_at[d] += 1
     if on_step and keep:
         on_step(Step(step.tokens[:keep], step.sources[:keep]))
     return reason

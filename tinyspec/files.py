@@ -27,8 +27,8 @@ from safetensors.torch import save_file
 
 
 def home() -> Path:
-    """tinyspec's own folder: `sizing/` (measurements, `sizing.py`) and `data/` (the corpus,
-    `data.py`) live here. $TINYSPEC_HOME when set, else ~/.cache/tinyspec; read at each call."""
+    """tinyspec's own folder: `sizing/` (measurements, `speed/sizing.py`) and `data/` (the corpus,
+    `commands/data.py`) live here. $TINYSPEC_HOME when set, else ~/.cache/tinyspec; read at each call."""
     return Path(os.environ.get("TINYSPEC_HOME") or "~/.cache/tinyspec").expanduser()
 
 

@@ -10,7 +10,7 @@ input rather than a second code path:
 - `positions`: the absolute position of every input token. A token tree (`tree.py`) is fed as
   one sequence whose tokens sit at positions L + depth, not L, L + 1, ...;
 - `cache`: anything with `update(layer, k, v)` and `advance(n)`: the `KVCache` appends the new
-  keys and values at its length; the fixed-shape writer of `fastpath.py` writes them at slots
+  keys and values at its length; the fixed-shape writer of `kernels/fastpath.py` writes them at slots
   given on the device, so that a CUDA graph can replay the step;
 - `attn_mask` (T, keys): which keys each new token may see. `prefix_mask` builds the usual one:
   the whole cached prefix, then a (T, T) mask among the new tokens (causal, or a tree's). With

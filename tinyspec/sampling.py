@@ -14,7 +14,7 @@ special case: with one-hot p and q, min(1, p(x) / q(x)) is 1 exactly when the dr
 the target's argmax.
 
 `residual(p, q)` = norm(max(0, p - q)) is where a rejected proposal sends the target: every
-acceptance rule (`speculative.py`, `verify.py`) resamples from it, and it is written only here.
+acceptance rule (`methods/draft.py`, `verify.py`) resamples from it, and it is written only here.
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def load_tokenizer(path: str | Path) -> tiktoken.Encoding:
     """Load a ranks file written by `save_ranks` as a tiktoken Encoding; `.fingerprint` names it."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file {path} not found: train one with `python -m tinyspec.train tokenizer`")
+        raise FileNotFoundError(f"tokenizer file {path} not found: train one with `python -m tinyspec train tokenizer`")
     ranks = load_ranks(path)
     enc = make_encoding(ranks, name=path.stem)
     enc.fingerprint = fingerprint(ranks)

@@ -36,8 +36,9 @@ and they sit in one table, `RULES`, by name:
   subtree leaves its parent a residual instead of ending the walk. Exact when siblings were
   drawn independently from q, as for `lossless`; on a chain it is block verification.
 
-`SAMPLED` names the rules whose exactness needs the nodes drawn from q. `chain_rule` turns any
-rule into the draft model's chain signature (`speculative.accept_or_resample`'s).
+`SAMPLED` names the rules whose exactness needs the nodes drawn from q; `CHAIN_ONLY` the rules
+that judge a chain only. The draft model's chain has its own form of the lossless rule, the one of
+Leviathan et al. (`methods/draft.py`, chapter 5); on a chain the two are the same rule.
 """
 
 from __future__ import annotations
@@ -183,28 +184,3 @@ RULES = {"greedy": greedy, "typical": typical, "lossless": lossless, "pointmass"
          "traversal": traversal}
 SAMPLED = {"lossless", "block", "traversal"}  # exact only when each node was drawn from its q
 CHAIN_ONLY = {"block"}
-
-
-def chain_rule(name: str):
-    """Rule `name` with the draft loop's signature, accept(p (k+1, V), q (k, V), drafts (k,),
-    generator) -> (n accepted, next token): the k proposals are a chain below the root."""
-    rule = RULES[name]
-
-    def accept(p, q, drafts, generator):
-        k = drafts.numel()
-        if k == 0:  # nothing proposed: plain decoding
-            return 0, sample(p[0], generator)
-        tokens = torch.cat([drafts.new_zeros(1), drafts])  # the root's own token is never read
-        path, token = rule(tokens, p, chain(k), torch.cat([q[:1], q]), generator)
-        return len(path) - 1, token
-    return accept
-
-
-def tree_rule(name: str, draft_free: bool = False):
-    """The tree rule `name`, refused (one line) where it cannot judge the proposals: block is a
-    chain rule, and proposals with no draft distribution (draft_free: looked-up or n-gram guesses)
-    cannot be judged by the rules that need q."""
-    if name not in RULES or name in CHAIN_ONLY or (draft_free and name in SAMPLED):
-        raise ValueError(f"rule {name!r} cannot judge these proposals: use greedy, pointmass"
-                         f"{'' if draft_free else ', lossless'} or typical")
-    return RULES[name]

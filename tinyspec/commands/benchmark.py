@@ -1,0 +1,394 @@
+"""What `python -m tinyspec bench` measures: every method on the same held-out prompts, same
+device, same run (`bench.py` is the command; `report.py` calls `measure` too).
+
+The prompts (`tinyspec/prompts.jsonl`, made by `python -m tinyspec data prompts`) come from standard
+library modules no model trained or validated on, in three categories: code (write a function
+body), docs (continue a docstring) and structured (continue a literal table).
+
+Per method, temperature and category it reports tau (tokens per target forward, the
+correction/bonus token included), the acceptance rate, tokens/s (the median over --repeats
+passes, after a warm-up pass), the speedup over `ar` (our own plain decoding, measured in the
+same run on the same prompts) and the speedup the cost model predicts: every step the pass took
+at the cost that sizing measured for its size on this device (`sizing.Sizing.predicted_s`), the
+prompts' forwards as the pass measured them. A method runs at its default size, at the size the
+spec names (`medusa:16`), or at `:auto`, sized for this device first and choosing its size per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import re
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..decoding import PLAIN, run, run_batch
+from ..decoding import Decoder
+from ..kernels.fastpath import fixed_forward
+from ..methods import METHODS, check_rule
+from ..sampling import Sampling
+from ..speed.auto import policy_for
+from ..speed.ledger import Ledger
+from ..speed.sizing import candidates, device_name, report_rows, size, sizing_prompts
+from ..speed.timing import copy_bandwidth, weight_bytes
+from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter,
+                  add_weights_flags, check_tokenizer, die, examples, load_encoding, load_method, load_model,
+                  parse_size, pick_device, pick_dtype, set_threads, use_attention)
+from .peer import compare_with_huggingface
+from .specs import label, parse_method, read_prompt_rows
+
+PROMPTS = Path(__file__).resolve().parent.parent / "prompts.jsonl"
+EXAMPLES = [
+    "python -m tinyspec bench --quick                      # a minute or two on a CPU",
+    "python -m tinyspec bench --methods ar,draft,medusa,eagle,lookup   # each at its default size",
+    "python -m tinyspec bench --methods ar,medusa:auto,eagle:auto      # each sized for this device",
+    "python -m tinyspec bench --methods ar,draft:4,draft:4@block --temperatures 1 --json",
+    "python -m tinyspec bench --plot docs/figures          # and PNG figures (matplotlib)",
+    "python -m tinyspec bench --batch-sizes 1,2,4,8,16 --methods ar,medusa:16,medusa:auto --temperatures 0",
+    "python -m tinyspec bench report --out runs/report     # every GPU figure in one command (GPU)",
+    "python -m tinyspec bench kernels                      # the tree-attention kernel (CUDA GPU)",
+]
+CATEGORIES = ("code", "docs", "structured")
+
+
+class Runner:
+    """Holds the models and runs one method over a list of prompts. Every method is measured by
+    sizing too, at its candidate sizes and those the benchmark names, for the cost model's
+    prediction; a method at size auto takes its policy from that measurement."""
+
+    def __init__(self, target, proposers: dict, device, max_new_tokens, seed, cuda_graph=False, max_rows=1,
+                 sizing_prompts=None, remeasure=False):
+        self.target, self.proposers, self.device = target, proposers, device  # proposers: {method: Proposer}
+        self.max_rows = max_rows  # the largest batch, for the policy of a method at size auto
+        self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa at a fixed size (kernels/fastpath.py)
+        self.max_new, self.seed = max_new_tokens, seed
+        self.sizing_prompts, self.remeasure = sizing_prompts, remeasure
+        self.decoders = {}  # one per spec (and sampling, at size auto), made on first use and reused for every prompt
+        self.sizings = {}  # (method, rule, sampling) -> what sizing measured (`sizing.Sizing`)
+        self.named = {}  # method -> the sizes the benchmark names, measured beside the candidates
+        self.profile = False  # --profile: each pass's time split by ledger.Ledger
+        self.progress = None  # called with a line of text while sizing measures
+        self.draft = None  # the draft model, for Hugging Face's assisted generation (peer.py)
+
+    def sizing(self, name: str, rule: str | None, sampling):
+        """What sizing measured for this method, rule and sampling (measured now, or read)."""
+        key = (name, rule, sampling.temperature, sampling.top_k, sampling.top_p)
+        if key not in self.sizings and METHODS[name].sizes:
+            proposer = self.proposers[name]
+            sizes = list(dict.fromkeys(candidates(proposer, self.target.config.n_ctx) + self.named.get(name, [])))
+            self.sizings[key] = size(self.target, proposer, rule, self.sizing_prompts, sampling,
+                                     remeasure=self.remeasure, sizes=sizes, progress=self.progress)
+        return self.sizings.get(key)
+
+    def decoder(self, spec, sampling) -> Decoder:
+        name, size_, rule = spec
+        auto = size_ == "auto"
+        key = (spec, sampling.temperature, sampling.top_k, sampling.top_p) if auto else spec
+        if key not in self.decoders:
+            proposer = self.proposers.get(name)
+            policy = None
+            if auto:  # Medusa's batch policy measures its forward costs now (auto.BatchPolicy)
+                policy = policy_for(self.target, proposer, rule, sampling, self.sizing_prompts, self.max_rows,
+                                    self.remeasure, self.progress)[0]
+            graph = self.cuda_graph and not auto and name in ("ar", "medusa")  # drafts run eagerly
+            self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy, rule,
+                                         fixed_forward if graph else None)
+        return self.decoders[key]
+
+    def run(self, spec, prompts, sampling, first: int = 0) -> dict:
+        """One pass of `spec` over `prompts`, prompt i (counted from `first`) sampling with seed + i."""
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, prefill_s=0.0,
+                      outputs=[], sizes=Counter(), fed=Counter(), accepted_at=Counter(), speculated=0, empty=0)
+        decoder, ledger = self.decoder(spec, sampling), Ledger(self.device)
+        with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
+            for i, prompt in enumerate(prompts, first):
+                generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
+                res = run(decoder.steps(prompt, sampling, generator), self.max_new, None, None, self.device)
+                for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes", "fed",
+                            "accepted_at", "speculated", "empty"):
+                    totals[key] += getattr(res, key)
+                totals["new_tokens"] += len(res.token_ids)
+                totals["outputs"].append(res.token_ids)
+        if self.profile:  # where the time went, in seconds (ledger.py)
+            totals["ledger"] = ledger.split(totals["wall_s"])
+        return totals
+
+    def run_batches(self, spec, prompts, sampling, size: int) -> dict:
+        """The prompts `size` at a time, each batch decoded together (`decoding.run_batch`); prompt
+        i samples with seed + i, as in `run`. Latency: each row's time from its batch's start."""
+        totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[],
+                      latencies=[])
+        decoder = self.decoder(spec, sampling)
+        for first in range(0, len(prompts), size):
+            rows = prompts[first:first + size]
+            generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
+            t0 = time.perf_counter()
+            results = run_batch(decoder.batch_steps(rows, sampling, generators), len(rows), self.max_new)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            totals["wall_s"] += time.perf_counter() - t0
+            for res in results:
+                for key in ("target_steps", "proposed", "accepted", "rejections"):
+                    totals[key] += getattr(res, key)
+                totals["new_tokens"] += len(res.token_ids)
+                totals["outputs"].append(res.token_ids)
+                totals["latencies"].append(res.wall_s)
+        return totals
+
+
+def together(runs: list[dict]) -> dict:
+    """One pass made of runs over single prompts: counts and seconds added, outputs in order."""
+    out = dict(runs[0])
+    for more in runs[1:]:
+        for key, value in more.items():
+            out[key] = {part: s + value[part] for part, s in out[key].items()} if key == "ledger" else out[key] + value
+    return out
+
+
+def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
+    """One row of the table from the passes of one (method, temperature, category) and of `ar`."""
+    name, size_, rule = spec
+    first = passes[0]
+    rate = lambda p: p["new_tokens"] / p["wall_s"]
+    # Paired: each pass against the ar pass of the same repeat, run seconds before it on a machine in
+    # the same state; the median of those ratios shrugs off slow spells that a ratio of medians feels.
+    speedup = statistics.median(rate(p) / rate(a) for p, a in zip(passes, ar_passes))
+    row = {"method": label(spec), "temperature": temperature, "category": category,
+           "prompts": first["prompts"], "new_tokens": first["new_tokens"], "target_steps": first["target_steps"],
+           "tau": round(first["new_tokens"] / first["target_steps"], 3),
+           "tokens_per_s": round(statistics.median(map(rate, passes)), 2), "speedup": round(speedup, 3),
+           "acceptance_rate": None, "predicted_speedup": None,
+           "steps_by_size": {k: v for k, v in sorted(first["sizes"].items(), key=size_order)}}
+    if temperature == 0:  # greedy: how many prompts got exactly plain decoding's tokens (all, in float32)
+        row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_passes[0]["outputs"]))
+    if first["proposed"]:
+        row["acceptance_rate"] = round(first["accepted"] / first["proposed"], 4)
+    if first["speculated"]:  # of the steps that proposed: the share that accepted depth d, and that accepted nothing
+        row["acceptance_by_depth"] = [round(first["accepted_at"][d] / first["speculated"], 4)
+                                      for d in range(1, max(first["accepted_at"], default=0) + 1)]
+        row["empty_steps"] = round(first["empty"] / first["speculated"], 4)
+    if name == "draft" and first["accepted"] + first["rejections"]:  # chapter 5's alpha: of the proposals judged
+        row["alpha"] = round(first["accepted"] / (first["accepted"] + first["rejections"]), 4)
+    if "ledger" in first:  # as shares of the pass
+        row["ledger"] = {part: round(s / first["wall_s"], 3) for part, s in first["ledger"].items()}
+    sizing = runner.sizing(name, rule, Sampling(temperature))
+    if sizing is not None:  # the cost model: each step the pass took at its measured cost (sizing.py)
+        ar = ar_passes[0]
+        ours = sizing.predicted_s(first["fed"], first["prompts"], first["prefill_s"])  # None: a size never timed
+        row["predicted_speedup"] = ours and round(sizing.predicted_s(ar["fed"], first["prompts"], ar["prefill_s"]) / ours, 3)
+        # the mean cost of the pass's speculative steps in plain steps, each as the cost model prices it
+        taken = {key: n for key, n in first["fed"].items() if key[0] != PLAIN and sizing.step_s(*key)}
+        if taken:
+            row["step_cost"] = round(sum(n * sizing.step_s(*key) for key, n in taken.items()) / sum(taken.values())
+                                     / sizing.plain_s, 3)
+            row["fed"] = round(sum(n * key[1] for key, n in taken.items()) / sum(taken.values()), 2)  # tokens a step fed
+        if size_ == "auto":
+            chosen = sizing.chosen()
+            row["sized"] = chosen and chosen["size"]
+    return row
+
+
+def size_order(item) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in item[0].split(","))
+
+
+QUICK = dict(methods="ar,draft,medusa,lookup", temperatures="0", prompts_per_category=2, max_new_tokens=48,
+             repeats=1)
+FULL = dict(methods="ar,draft,medusa,eagle,lookup,lookahead", temperatures="0,1", prompts_per_category=8,
+            max_new_tokens=128, repeats=3)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = ArgumentParser(prog="python -m tinyspec bench", description="every method on the same held-out prompts, "
+                        "same device, same run", formatter_class=HelpFormatter, epilog=examples(*EXAMPLES) + "\n\n"
+                        "Two more commands: `bench report --out DIR` runs the GPU tests, the kernel table, every method on both paths "
+                        "and Hugging Face, and writes DIR/report.json and report.md (on a CPU, a quick subset); `bench "
+                        "kernels` times the tree-attention kernel against SDPA. Each has its own --help.")
+    ap.add_argument("--methods", help="comma-separated METHOD[:SIZE][@RULE]: a method at its default size, at SIZE "
+                    "as the method spells it (draft:4, medusa:16, eagle:2,6,16, lookup:8, lookahead:3,3,2: commas "
+                    "before a digit stay inside the spec) or at :auto (sized for this device, chosen per step), "
+                    "optionally @RULE to pick the acceptance rule (draft:4@block, medusa@pointmass; default: greedy at "
+                    f"T=0, else lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
+    ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
+    ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
+    ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category; more than a "
+                    f"category has is refused (default: {FULL['prompts_per_category']}, or as many as a category has)")
+    ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
+    ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods prompt by prompt; the median is "
+                    f"reported (default: {FULL['repeats']})")
+    ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
+                    "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
+    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
+    add_weights_flags(ap)
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
+    ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps at a fixed size as recorded CUDA "
+                    "graphs (kernels/fastpath.py; CUDA only; speedups are then against ar on the graph path); other "
+                    "rows run eagerly")
+    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
+    ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
+                    "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
+                    "~/.cache/tinyspec/sizing)")
+    ap.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
+                    "proposing, the rule, cache work and the rest (speed/ledger.py; on CUDA it slows the pass)")
+    ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
+    ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
+                    "when transformers is installed)")
+    ap.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
+                    "the draft), hf-static-compiled (static cache, compiled step; for a GPU)")
+    ap.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
+                    "each method decodes --batch-prompts prompts this many at a time (comma-separated, e.g. "
+                    "1,2,4,8,16), reporting total tokens/s and the mean latency per sequence; medusa:auto then "
+                    "speculates or not per step by the batch's size (speed/auto.py)")
+    ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
+                    "turn from each category")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
+    return ap
+
+
+def prepare(args, per_category: int | None = None):
+    """What every benchmark needs from the parsed `args`: checked settings, the prompts by category,
+    the models, and a Runner; returns (runner, specs, temperatures, prompts by category).
+    per_category: how many prompts of each category to take, at most, when --prompts-per-category
+    is not given (else --quick's or the full run's number); a number given is refused when a
+    category has fewer."""
+    given = args.prompts_per_category is not None
+    if not given and per_category:
+        args.prompts_per_category = per_category
+    for key, value in (QUICK if args.quick else FULL).items():  # --quick fills in only what was not given
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    methods = re.split(r",(?=[a-zA-Z])", args.methods)  # a comma before a digit is inside a spec: lookahead:7,4,7
+    specs = list(dict.fromkeys(parse_method(m) for m in ["ar"] + methods))
+    sizes = parse_batch_sizes(args.batch_sizes)
+    try:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        for t in temperatures:
+            Sampling(t).check()
+    except ValueError as e:
+        die(f"--temperatures must be comma-separated temperatures, 0 or >= 0.001: {args.temperatures!r} ({e})")
+    for spec, t in itertools.product(specs, temperatures):
+        problem = check_rule(spec[0], spec[2], t)
+        if problem:
+            die(f"{label(spec)} at temperature {t:g}: {problem}")
+    unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
+    if unknown:
+        die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
+    for name in ("repeats", "prompts_per_category", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            die(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    categories = args.categories.split(",")
+    if not set(categories) <= set(CATEGORIES):
+        die(f"--categories must be among {', '.join(CATEGORIES)}")
+    device = pick_device(args.device)
+    dtype = pick_dtype(args.dtype, device)
+    set_threads(args.threads, device)
+    if args.cuda_graph and (device.type != "cuda" or args.attn == "triton"):
+        die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
+    rows = read_prompt_rows(Path(args.prompts))
+    enc = load_encoding(args.tokenizer)
+    counts = {c: sum(r["category"] == c for r in rows) for c in categories}
+    if given and 0 < min(counts.values()) < args.prompts_per_category:  # not a smaller run than asked for, in silence
+        die(f"--prompts-per-category {args.prompts_per_category}: {args.prompts} has "
+            f"{', '.join(f'{n} {c}' for c, n in counts.items())} prompts; ask for {max(1, min(counts.values()))} or fewer")
+    prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
+               for c in categories}
+    target = load_model(args.model, device, dtype)
+    check_tokenizer(target, enc)
+    use_attention(target, args.attn, device)
+    proposers = {name: load_method(name, args, target, enc, device, dtype) for name in dict.fromkeys(n for n, _, _ in specs)}
+    n_ctx = min(target.config.n_ctx, *(p.n_ctx or target.config.n_ctx for p in proposers.values()))
+    for name, size_, _ in specs:
+        parse_size(proposers[name], size_ or None, n_ctx, f"--methods {label((name, size_, None))}")  # one line if not
+    for c in categories:
+        if not prompts[c]:
+            die(f"no prompts of category {c} in {args.prompts}")
+        longest = max(map(len, prompts[c]))
+        if longest >= n_ctx:
+            die(f"a {c} prompt is {longest} tokens, the model's context is {n_ctx}: shorten it in {args.prompts}")
+        if longest + args.max_new_tokens > n_ctx:
+            die(f"a {c} prompt of {longest} tokens plus --max-new-tokens {args.max_new_tokens} does not fit the "
+                f"model's context of {n_ctx}: lower --max-new-tokens to {n_ctx - longest} or less")
+    runner = Runner(target, proposers, device, args.max_new_tokens, args.seed, cuda_graph=args.cuda_graph,
+                    max_rows=max(sizes, default=1), sizing_prompts=sizing_prompts(enc), remeasure=args.remeasure)
+    runner.profile = args.profile
+    for name, size_, _ in specs:  # the sizes the benchmark names are measured beside the candidates (sizing.py)
+        if size_ and size_ != "auto":
+            runner.named.setdefault(name, []).append(size_)
+    runner.draft = proposers.get("draft") and proposers["draft"].draft  # Hugging Face's assisted generation uses it
+    return runner, specs, temperatures, prompts
+
+
+def measure(args, argv: list[str]) -> dict:
+    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
+    runner, specs, temperatures, prompts = prepare(args)
+    categories, target, device = list(prompts), runner.target, runner.device
+    with tqdm(total=None, desc="sizing", bar_format="{desc}", disable=args.json) as bar:  # minutes, on first use
+        runner.progress = bar.set_description_str
+        for temperature, (name, _, rule) in itertools.product(temperatures, specs):  # sizing first, never inside a pass
+            runner.sizing(name, rule, Sampling(temperature))
+    runner.progress = None
+    for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
+        runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
+    total = len(specs) * len(temperatures) * len(categories) * args.repeats
+    out, bar = [], tqdm(total=total, desc="benchmark", disable=args.json)
+    for temperature in temperatures:
+        sampling = Sampling(temperature)
+        for category in categories:
+            passes = {spec: [] for spec in specs}
+            for _ in range(args.repeats):
+                # interleaved prompt by prompt: each method's run of a prompt follows the others' by
+                # seconds, so a slow spell of the machine hits every method alike
+                runs = {spec: [] for spec in specs}
+                for i, prompt in enumerate(prompts[category]):
+                    for spec in specs:
+                        runs[spec].append(runner.run(spec, [prompt], sampling, first=i))
+                for spec in specs:
+                    passes[spec].append(dict(together(runs[spec]), prompts=len(prompts[category])))
+                    bar.update(1)
+            for spec in specs:
+                out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "", None)]))
+    bar.close()
+    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out,
+                                                           args.hf_modes.split(","))
+    # Each target forward reads every weight once: bytes x forwards / s, the memory traffic a step achieves
+    for row in out:
+        forwards_per_s = row["tokens_per_s"] * row["target_steps"] / row["new_tokens"]
+        row["weights_GBps"] = round(weight_bytes(target) * forwards_per_s / 1e9, 3)
+    if device.type == "cuda":
+        peak = copy_bandwidth(device)
+        for row in out:
+            row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
+    return report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": report_rows(runner.sizings)}
+
+
+def report_of(args, argv, runner, rows) -> dict:
+    device, dtype = runner.device, runner.target.lm_head.weight.dtype
+    threads = torch.get_num_threads()
+    name = device_name(device) + ("" if device.type == "cuda" else f", {threads} thread{'s' * (threads > 1)}")
+    return {"device": name, "dtype": str(dtype).removeprefix("torch."), "cuda_graph": args.cuda_graph,
+            "torch": torch.__version__, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+            "command": "python -m tinyspec bench " + " ".join(argv), "rows": rows}
+
+
+def parse_batch_sizes(text: str | None) -> list[int]:
+    if text is None:
+        return []
+    try:
+        sizes = [int(b) for b in text.split(",")]
+    except ValueError:
+        sizes = [0]
+    if min(sizes) < 1 or len(set(sizes)) < len(sizes):
+        die(f"--batch-sizes must be distinct positive integers, comma-separated, e.g. 1,2,4,8,16; got {text!r}")
+    return sorted(sizes)

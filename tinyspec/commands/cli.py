@@ -1,0 +1,373 @@
+"""What every command line shares: where the shipped weights are, one-line errors, argument
+parsing, output paths checked before the work, the device and dtype, loading a model or a
+tokenizer with clean errors, and a method's flags and weights, written from what each method's
+file declares (`methods.METHODS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..decoding import Proposer
+from ..files import unwritable
+from ..methods import METHODS, build
+from ..model import GPT
+from ..tokenizer import load_tokenizer
+from ..verify import RULES
+
+# The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
+WEIGHTS = Path(__file__).resolve().parent.parent.parent / "weights"
+DEFAULT_MODEL = WEIGHTS / "target.safetensors"
+DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
+DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
+DEFAULT_EAGLE = WEIGHTS / "eagle.safetensors"
+DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
+DEFAULT_TOKEN_RANKS = WEIGHTS / "token_ranks.json"  # tokens by corpus frequency (`data.token_ranks`)
+
+
+def die(message: str, status: int = 2):
+    """A user mistake: one line on stderr naming the fix, exit status 2, no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(status)
+
+
+def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
+    """An output path, checked before any work starts (files.unwritable): one line, exit 2."""
+    problem = unwritable(path, directory)
+    if problem:
+        die(f"{flag} {path}: {problem}; choose another path")
+    return Path(path)
+
+
+def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Path:
+    """Where a command writes, checked before the work (`check_output`); the shipped weights
+    are never replaced by accident. Nothing is created here: an aborted run leaves no empty folders."""
+    path = check_output(path, flag)
+    if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
+        die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
+    return path
+
+
+def shown(path) -> str:
+    """A path as a card should print it: relative to the project when inside it (cards travel)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
+
+
+def run_main(main) -> None:
+    """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
+    status 130 and a closed pipe (`... | head -1`) ends it quietly with status 0, never a traceback."""
+    try:
+        # Python's own Ctrl-C again (a KeyboardInterrupt that decoding catches to return what it has),
+        # in place of the one that covered the imports (tinyspec/__init__.py)
+        if getattr(signal.getsignal(signal.SIGINT), "__module__", None) == "tinyspec":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        main()
+        sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+        raise SystemExit(130)
+    except BrokenPipeError:
+        # the reader is gone: send what is still buffered to /dev/null so the exit's flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (`error: ... (see --help)`), exit status 2."""
+
+    def error(self, message):
+        die(f"{message} (see {self.prog} --help)")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each flag's default (unless it is unset or the help already says it) and
+    keeps the examples of the epilog as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS  # 0 is a default
+        if not unset and "default" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def examples(*lines: str) -> str:
+    """An epilog of example commands for --help."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def set_threads(n: int | None, device: torch.device, default: int | None = 1) -> int:
+    """--threads: how many CPU threads torch uses. Decoding's default is 1 on a CPU: a forward of
+    these small models is a few small matmuls, which a second thread barely speeds up when the
+    machine is idle, and slows down several times over when anything else wants a core (the
+    threads then wait for each other). Training passes default=None: torch's own (every core),
+    since a training step's matmuls are large enough to share. Returns the count in use."""
+    if n is not None and n < 1:
+        die(f"--threads must be at least 1, got {n}")
+    if n is not None or (device.type == "cpu" and default is not None):
+        torch.set_num_threads(n or default)
+    return torch.get_num_threads()
+
+
+def use_colour(choice: str, stream) -> bool:
+    """--color auto|always|never: auto colours only a terminal, and never when NO_COLOR is set
+    (https://no-color.org)."""
+    if choice == "auto":
+        return stream.isatty() and not os.environ.get("NO_COLOR")
+    return choice == "always"
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_HELP = ("auto: bfloat16 on cuda, float32 on cpu. Greedy speculative output equals plain decoding's token "
+              "for token in float32; in 16 bits a forward over many tokens rounds differently from a forward "
+              "over one, so where the target's top two logits (nearly) tie, the choice can flip")
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """--dtype: 'auto' is bfloat16 on CUDA (fast) and float32 elsewhere (exact)."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' is cuda when present, else cpu; a device that is not there is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        die(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            die(f"--device {name}: no CUDA GPU is visible to torch; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            die(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s); use cuda:0")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        die(f"--device {name}: MPS is not available here; use --device cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        die(f"--device {name}: tinyspec runs on cpu, cuda or mps")
+    return device
+
+
+# ---- loading, with one-line errors ----------------------------------------------------------
+
+def holds() -> dict[str, tuple[str, str]]:
+    """What a tinyspec weights file holds, told by its first tensor's name: {prefix: (a noun for
+    it, its flag)}, from every method's `Weights` (a GPT is also a target: --model)."""
+    out = {"transformer.": ("a GPT model", "--model")}
+    for m in METHODS.values():
+        if m.weights is not None:
+            noun, flag = out.get(m.weights.holds, (m.weights.noun, ""))
+            out[m.weights.holds] = (noun, " or ".join(filter(None, [flag, m.weights.flag])))
+    return out
+
+
+def refuse_other_kind(path: str | Path, expected: str) -> None:
+    """A weights file of another kind than `expected` (a `holds` prefix), a draft given as --heads
+    say, is refused in one line naming what it holds and the flag that takes it."""
+    try:
+        with safe_open(Path(path), framework="pt") as f:
+            first = next(iter(f.keys()), "")
+    except Exception:  # a directory, or not safetensors at all: the loader says so
+        return
+    kinds = holds()
+    found = next((prefix for prefix in sorted(kinds, key=len, reverse=True) if first.startswith(prefix)), expected)
+    if found != expected:
+        die(f"{path} holds {kinds[found][0]}, not {kinds[expected][0]}: pass it as {kinds[found][1]}")
+
+
+def load_model(path: str | Path, device: torch.device, dtype: torch.dtype, what: str = "model") -> GPT:
+    path = Path(path)
+    if not path.exists():
+        die(f"{what} weights {path} not found: pass --{what} PATH, or train them (see README)")
+    refuse_other_kind(path, "transformer.")
+    try:
+        return GPT.from_hf(path, device=device, dtype=dtype).eval()
+    except (ValueError, FileNotFoundError) as e:
+        die(f"cannot load {what} weights: {e}")
+
+
+def load_encoding(path: str | Path):
+    path = Path(path)
+    if path == DEFAULT_TOKENIZER and not WEIGHTS.is_dir():
+        die(f"the shipped weights are not beside this tinyspec ({WEIGHTS} is missing; a non-editable "
+            "`pip install .` does not copy them): install with `pip install -e .` in a clone, or pass --tokenizer "
+            "and --model paths into the clone's weights/")
+    try:
+        return load_tokenizer(path)
+    except (FileNotFoundError, ValueError) as e:
+        die(f"cannot load the tokenizer: {e}")
+
+
+def check_tokenizer(model: GPT, enc, what: str = "model") -> None:
+    """Refuse a model trained with another tokenizer: same size is not the same tokens."""
+    if model.config.vocab_size != enc.n_vocab:
+        die(f"the {what}'s vocabulary ({model.config.vocab_size}) differs from the tokenizer's ({enc.n_vocab}): "
+            "pass the --tokenizer it was trained with")
+    if model.tokenizer_fingerprint and model.tokenizer_fingerprint != getattr(enc, "fingerprint", ""):
+        die(f"the {what} was trained with another tokenizer (fingerprint {model.tokenizer_fingerprint}, this one "
+            f"{getattr(enc, 'fingerprint', '?')}): pass the --tokenizer it was trained with")
+
+
+def load_draft_vocab(size: int, vocab_size: int, path: str | Path = DEFAULT_TOKEN_RANKS) -> torch.Tensor:
+    """--draft-vocab V': the ids of the V' most frequent tokens (`model.DraftVocab`), sorted."""
+    if not 1 <= size <= vocab_size:
+        die(f"--draft-vocab must be in 1..{vocab_size} (the vocabulary), got {size}")
+    try:
+        ranks = json.loads(Path(path).read_text())["ranks"]
+    except (OSError, ValueError, KeyError) as e:
+        die(f"cannot read the token ranks {path} ({e}): make them with python -m tinyspec data")
+    if len(ranks) != vocab_size:
+        die(f"{path} ranks {len(ranks)} tokens, the model has {vocab_size}: make them for this tokenizer")
+    return torch.tensor(sorted(ranks[:size]))
+
+
+def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:
+    for i, ids in enumerate(encoded):
+        if not ids:
+            die(f"prompt {i + 1} is empty: give at least one character")
+        if len(ids) >= n_ctx:
+            die(f"prompt {i + 1} is {len(ids)} tokens, the model's context is {n_ctx}: shorten the prompt")
+
+
+# ---- a method's flags and weights, from what its file declares ---------------------------------
+
+def method_flags() -> dict[str, tuple[str, ...]]:
+    """{flag's dest: the methods that read it}: each method's weights flag and settings, and
+    --draft-vocab for those that propose through an LM head."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, m in METHODS.items():
+        dests = ([m.weights.flag.lstrip("-").replace("-", "_")] if m.weights else []) + list(m.settings)
+        dests += ["draft_vocab"] if m.reduced_vocab else []
+        for dest in dests:
+            out[dest] = out.get(dest, ()) + (name,)
+    return out
+
+
+def add_method_flags(ap: argparse.ArgumentParser) -> None:
+    """--size, --accept, and every method's weights flag and settings, each flag once, and --draft-vocab."""
+    sizes = "; ".join(f"{name}: {m.size_help} (default: {m.default_size})" for name, m in METHODS.items() if m.sizes)
+    ap.add_argument("--size", help=f"how much a step proposes, as the method spells it, or 'auto': sized for this "
+                    f"device on first use (measured, then cached) and chosen step by step, plain steps where nothing "
+                    f"pays. {sizes}")
+    ap.add_argument("--accept", choices=list(RULES), default=None,
+                    help="the acceptance rule (verify.py). Default: lossless at temperature > 0, or pointmass for "
+                    "methods that propose fixed tokens (lookup, lookahead); at temperature 0 every rule gives the "
+                    "greedy text, and the greedy rule, which accepts the most, is used whatever is asked. lossless: "
+                    "exact sampling with proposals drawn from the drafter; pointmass: exact sampling of fixed "
+                    "(top-k) proposals; block: block verification of a draft's chain (exact; never fewer expected "
+                    "tokens than lossless on a chain); traversal: traversal verification of a sampled tree from "
+                    "the leaves up (exact; on a chain it is block verification, and on trees whose shape depends "
+                    "on the draws, as EAGLE-2's sampled ones, it may accept slightly less than lossless); typical: "
+                    "Medusa's fast rule, which does NOT keep the target's distribution")
+    add_weights_flags(ap)
+
+
+def add_weights_flags(ap: argparse.ArgumentParser) -> None:
+    """Every method's weights flag and settings, each flag once, and --draft-vocab."""
+    readers = method_flags()
+    seen = set()
+    for name, m in METHODS.items():
+        if m.weights is not None and m.weights.flag not in seen:
+            seen.add(m.weights.flag)
+            ap.add_argument(m.weights.flag, help=f"{name}: {m.weights.noun}'s weights (default: {m.weights.file} in "
+                            "weights/)")
+        for dest, setting in m.settings.items():
+            if dest not in seen:
+                seen.add(dest)
+                ap.add_argument("--" + dest.replace("_", "-"), type=setting.type, default=None,
+                                help=f"{', '.join(readers[dest])}: {setting.help}" +
+                                ("" if setting.default is None else f" (default: {setting.default})"))
+    ap.add_argument("--draft-vocab", type=int, metavar="N", help=f"{', '.join(readers.get('draft_vocab', ()))}: "
+                    "propose only from the N most frequent tokens of the corpus (FR-Spec): the drafter's LM head costs "
+                    "N/8192 of the full one, and the target still judges over every token, so the output is exact "
+                    "(default: all)")
+
+
+def check_method_flags(args, method: str) -> None:
+    """A flag the chosen method does not read is a mistake worth saying, not ignoring."""
+    for dest, methods in method_flags().items():
+        if getattr(args, dest, None) is not None and method not in methods:
+            die(f"--{dest.replace('_', '-')} applies to --method {' or '.join(methods)}, not {method}")
+    m = METHODS[method]
+    for dest, setting in m.settings.items():
+        value = getattr(args, dest, None)
+        if value is not None and setting.low is not None and not setting.low <= value <= setting.high:
+            die(f"--{dest.replace('_', '-')} must be in {setting.low}..{setting.high}, got {value}")
+
+
+def load_weights(method: str, path: str | Path | None, target: GPT, enc, device, dtype):
+    """What method `method` loads besides the target (its `Weights`), from `path` or the shipped
+    file: refused in one line if missing, of another kind, or trained for another target."""
+    w = METHODS[method].weights
+    path = Path(path or WEIGHTS / w.file)
+    if not path.is_file():
+        die(f"{path} not found ({method} reads {w.noun}): pass {w.flag} PATH, or make one: {w.train}")
+    refuse_other_kind(path, w.holds)
+    if w.kind is GPT:  # a draft model: same tokenizer as the target
+        model = load_model(path, device, dtype, what="draft")
+        check_tokenizer(model, enc, "draft")
+        return model
+    try:
+        loaded = w.kind.load(path, device, dtype)
+    except ValueError as e:
+        die(str(e))
+    fingerprint = getattr(loaded, "target_fingerprint", "")
+    if fingerprint and fingerprint != target.fingerprint():
+        die(f"{path} was trained for a different target model: train {w.noun} for this one ({w.train} --target ...)")
+    return loaded
+
+
+def load_method(method: str, args, target: GPT, enc, device, dtype) -> Proposer:
+    """The method `args.method` names, over `target`, with its weights, settings and --draft-vocab."""
+    m = METHODS[method]
+    weights = load_weights(method, getattr(args, m.weights.flag.lstrip("-").replace("-", "_")), target, enc, device,
+                           dtype) if m.weights else None
+    vocab = getattr(args, "draft_vocab", None)
+    ids = load_draft_vocab(vocab, target.config.vocab_size) if vocab is not None and m.reduced_vocab else None
+    settings = {dest: getattr(args, dest, None) for dest in m.settings}
+    try:
+        return build(method, target, weights, ids, **settings)
+    except ValueError as e:
+        die(str(e))
+
+
+def parse_size(proposer: Proposer, size: str | None, n_ctx: int, flag: str = "--size") -> str | None:
+    """--size as the method spells it ('auto' passes), checked by the method, and against a context
+    of n_ctx tokens (a step of it must fit after a prompt): one line naming `flag` if not."""
+    if size is None or size == "auto":
+        return size
+    if not proposer.sizes:
+        die(f"{flag}: {proposer.name} has no sizes (it proposes nothing)")
+    try:
+        room = proposer.room(proposer.shape(size))
+    except ValueError as e:
+        die(f"{flag}: {e}")
+    if room + 2 >= n_ctx:
+        die(f"{flag}: a step of {proposer.name} at size {size} feeds up to {room} tokens beyond the last, which does "
+            f"not fit the model's context of {n_ctx}: use a smaller size")
+    return size
+
+
+def use_attention(model: GPT, name: str, device: torch.device) -> None:
+    """--attn: 'torch' (SDPA, the reference) or 'triton' (the tree-attention kernel for tree
+    verification; on a CPU only in Triton's interpreter, which must be chosen before triton loads)."""
+    if name == "torch":
+        return
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        die("--attn triton on a CPU needs Triton's interpreter: run with TRITON_INTERPRET=1 set")
+    try:
+        from ..kernels.tree_attention import TreeAttention
+    except ImportError:
+        die("--attn triton needs the triton package: pip install triton")
+    model.set_attention(TreeAttention())

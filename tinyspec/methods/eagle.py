@@ -1,0 +1,385 @@
+"""EAGLE (Li, Wei, Zhang & Zhang 2024, arXiv:2401.15077): a draft head that predicts the
+target's next *feature*, and EAGLE-2's dynamic draft tree (Li et al. 2024, arXiv:2406.16858).
+
+The target's feature f_i is its final hidden state at position i (`GPT.hidden`), the vector its
+LM head turns into the distribution of token t_{i+1}. A token is a sample, so the next token is
+uncertain; the next feature is a deterministic function of the text so far, and once the token
+t_{i+1} that was actually sampled is known, predicting f_{i+1} from f_i is a much smoother
+regression than guessing t_{i+2} from f_i alone, which is Medusa's task (chapter 6). EAGLE's
+draft head does exactly that, autoregressively at the feature level (Li et al. eq. 1-3):
+
+    x_i      = W [f_i ; e(t_{i+1})] + b          one linear layer, 2C -> C (e: the target's frozen wte)
+    f^_{i+1} = Block(x_1 .. x_i)[i]              one transformer block of the target's shape, causal
+    q_{i+2}  = softmax(LMHead(f^_{i+1}))         the target's own frozen LM head
+
+and f^_{i+1}, paired with the token drawn from q_{i+2}, is its next input: the head drafts
+several tokens ahead on its own predicted features. It keeps its own one-layer `KVCache`, rolled
+back with the target's.
+
+One decoding step (`Eagle` below). The target cache holds s_0 .. s_{M-1}; the root s_M (the last
+token the target chose) is not fed yet, and the pairs (f_j, s_{j+1}) whose features the target has
+computed but the head has not read are *pending*:
+
+0. catch up: the head reads the pending pairs in one forward; the last, (f_{M-1}, s_M), gives
+   f^_M, and LMHead(f^_M) drafts the root's children;
+1. grow the tree (EAGLE-2, `grow_tree`): at each depth the most promising nodes are expanded, one
+   head forward over all of them (tree-masked, as verification is), each proposing its top-k
+   children; then the N nodes of highest value make the tree. Or sampled (`grow_sampled_tree`),
+   or the shape of a static tree (`fill_static_tree`);
+2-4. the loop's (`decoding.decode`): one target forward over root and tree, a rule from
+   `verify.py`, the target cache compacted to the accepted path;
+5. the head's cache is truncated back to what it held after step 0 (the tree's entries came from
+   predicted features), and the target's true features of the root and the accepted tokens,
+   paired with the tokens that follow them, become the pending pairs of the next step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
+from ..files import atomic_save_tensors, read_tensors
+from ..kvcache import KVCache
+from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
+from ..sampling import Sampling, sample
+from ..tree import Tree, load_tree
+
+
+class EagleHead(nn.Module):
+    """The draft head: fc [f ; e(t)] -> one `Block` -> predicted next feature (Li et al. 2024)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(2 * config.n_embd, config.n_embd)
+        self.block = Block(config)  # the target's block shape; no position embedding: f_i carries the position
+        self.attention = SDPA()
+        self.apply(GPT._init_weights)
+        self.target_fingerprint = ""
+        self.accuracy: list[float] | None = None  # held-out top-1 accuracy per draft depth, if measured
+
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, wte: nn.Embedding, cache: KVCache | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """features (B, T, C), the target's (or the head's own predicted) f_i; tokens (B, T), t_{i+1}.
+        Returns f^_{i+1} (B, T, C). cache: the head's one-layer KVCache (advanced by T); attn_mask
+        (T, keys) as in `GPT.hidden`, default causal after the whole cached prefix."""
+        T = tokens.shape[1]
+        if attn_mask is None and cache is not None and cache.length > 0 and T > 1:
+            attn_mask = prefix_mask(causal_mask(T, tokens.device), cache.length)
+        x = self.fc(torch.cat([features, wte(tokens)], dim=-1))  # (B, T, C): eq. 1's [f_i ; e(t_{i+1})] projected
+        x = self.block(x, 0, cache, self.attention, attn_mask)  # the reference attention: the head's masks are dense
+        if cache is not None:
+            cache.advance(T)
+        return x
+
+    def new_cache(self, max_len: int) -> KVCache:
+        c, w = self.config, self.fc.weight
+        return KVCache(1, c.n_head, c.n_embd // c.n_head, max_len, 1, w.device, w.dtype)
+
+    def save(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
+        meta = {"config": json.dumps(asdict(self.config)), "target_fingerprint": self.target_fingerprint}
+        if self.accuracy is not None:
+            meta["accuracy"] = json.dumps([round(a, 5) for a in self.accuracy])
+        tensors = {k: (v.to(dtype) if dtype else v).contiguous() for k, v in self.state_dict().items()}
+        atomic_save_tensors(tensors, path, meta)
+
+    @classmethod
+    def load(cls, path: str | Path, device="cpu", dtype=None) -> "EagleHead":
+        meta, sd = read_tensors(path)
+        try:
+            head = cls(GPTConfig(**json.loads(meta["config"])))
+            head.load_state_dict(sd)
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:  # not our metadata, names or shapes
+            raise ValueError(f"{path} is not an EAGLE head file ({e})") from None
+        head.target_fingerprint = meta.get("target_fingerprint", "")
+        head.accuracy = json.loads(meta["accuracy"]) if "accuracy" in meta else None
+        return head.to(device=device, dtype=dtype or torch.float32).eval()
+
+    @classmethod
+    def for_target(cls, target: GPT) -> "EagleHead":
+        head = cls(target.config)
+        head.target_fingerprint = target.fingerprint()
+        return head.to(target.lm_head.weight.device)
+
+
+# ---- the draft tree --------------------------------------------------------------------------
+#
+# A tree grows as lists: parents[i] (-1 = child of the root) and tokens[i], in the order nodes
+# are made, which is topological. `expand(node_ids, parents, tokens)` runs the head once over the
+# listed nodes (each on its parent's predicted feature and its own token, seeing its ancestors)
+# and returns their logits (len(node_ids), V): the draft's distribution of each node's children.
+
+def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int):
+    """EAGLE-2's dynamic tree (Li et al. 2024, Section 4): the `total_tokens` draft tokens most likely to
+    be accepted, from `depth - 1` head forwards. Returns (parents, tokens (T,)), T <= total_tokens.
+
+    root_logits (V,): the head's logits for the root's children. The *value* of a node is the
+    product of the draft's probabilities along its path (a sum of log-probabilities here), the
+    head's own estimate of the chance that the target accepts the whole path.
+
+    - Expansion: the root's top_k most likely tokens are depth 1. At each depth d < `depth`, the top_k
+      nodes of depth d with the highest value are expanded: ONE call `expand(those nodes)` gives
+      their logits, and each proposes its top_k most likely tokens as children, of value
+      value(parent) + log q(child).
+    - Rerank: of all nodes made, keep the `total_tokens` of highest value (ties: the earlier node). A
+      child's value never exceeds its parent's (log q <= 0), so every kept node's parent is kept:
+      the result is a tree. Kept nodes stay in the order they were made, so parents come first.
+
+    Example, top_k = 2, depth = 3, total_tokens = 4 (values shown as probabilities):
+        depth 1: a .6   b .25                  expand a, b:  a -> c 0.5, d 0.3;  b -> e 0.9, f 0.1
+        depth 2: c .3   d .18   e .225  f .025 expand c, e:  c -> g 0.8, h 0.1;  e -> i 0.5, j 0.4
+        depth 3: g .24  h .03   i .1125 j .09
+        keep the 4 best: a .6, c .3, b .25, g .24 -> parents [-1, -1, 0, 2], tokens [a, b, c, g]
+    (g, three deep on a likely path, beats e, two deep on an unlikely one.)"""
+    logq = torch.log_softmax(root_logits.float(), -1)
+    top = logq.topk(min(top_k, total_tokens))
+    parents, tokens, values = [-1] * top.indices.numel(), [top.indices], [top.values]  # depth 1
+    frontier = list(range(len(parents)))
+    for _ in range(depth - 1):
+        value = torch.cat(values)  # (nodes so far,)
+        chosen = [frontier[i] for i in value[frontier].topk(min(top_k, len(frontier))).indices.tolist()]
+        logq = torch.log_softmax(expand(chosen, parents, torch.cat(tokens)[chosen]).float(), -1)  # (e, V)
+        top = logq.topk(top_k, dim=-1)
+        frontier = list(range(len(parents), len(parents) + top_k * len(chosen)))
+        parents += [p for p in chosen for _ in range(top_k)]
+        tokens.append(top.indices.flatten())
+        values.append((value[chosen, None] + top.values).flatten())  # (e * top_k,): path log-probabilities
+    value, tokens = torch.cat(values), torch.cat(tokens)
+    order = torch.sort(value, descending=True, stable=True).indices[:total_tokens]  # stable: parents first at ties
+    keep = sorted(order.tolist())
+    new = {old: i for i, old in enumerate(keep)}  # old node index -> index in the kept tree
+    return [new[parents[i]] if parents[i] >= 0 else -1 for i in keep], tokens[keep]
+
+
+def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int,
+                      sampling: Sampling, generator):
+    """A tree of *sampled* children for the lossless rule: (parents, tokens (T,), q (T+1, V)).
+
+    SpecInfer's rule (`verify.lossless`) is exact only if, given everything the walk has seen,
+    the children of a node are i.i.d. draws from that node's q and HOW MANY there are does not
+    depend on their values. Dropping a sampled child because of its own value (EAGLE-2's rerank)
+    keeps the likely draws and loses the unlikely ones: the surviving children are no longer
+    draws from q, and the output drifts from p. So here:
+    - every expanded node gets a whole *group* of top_k children drawn i.i.d. from its q (duplicates
+      included), and a group, once drawn, is never pruned;
+    - which nodes to expand at depth d is decided from what is known at depths <= d (their
+      values; a repeated sibling is not expanded again), i.e. before their children are drawn;
+    - the budget is counted in groups, min(top_k, (total_tokens - size) // top_k) expansions per depth, so the
+      tree's size never depends on sampled values.
+    A node's children are thus a fixed-size i.i.d. sample whatever happened elsewhere in the tree.
+    Row a of q is the distribution node a was drawn from (its parent's), row 0 unused."""
+    q_rows = [sampling.probs(root_logits)]  # q_rows[g]: the distribution of group g
+    n = min(top_k, total_tokens)
+    tokens = [sample(q_rows[0].expand(n, -1), generator)]
+    parents, group, values = [-1] * n, [0] * n, [q_rows[0][tokens[0]].log()]
+    frontier = list(range(n))
+    for _ in range(depth - 1):
+        value, flat = torch.cat(values), torch.cat(tokens).tolist()
+        seen, fresh = set(), []
+        for i in frontier:  # a sibling repeating an earlier one's token would only repeat its subtree
+            if (parents[i], flat[i]) not in seen:
+                seen.add((parents[i], flat[i]))
+                fresh.append(i)
+        e = min(top_k, len(fresh), (total_tokens - len(parents)) // top_k)
+        if e == 0:
+            break
+        chosen = [fresh[i] for i in value[fresh].topk(e).indices.tolist()]
+        q = sampling.probs(expand(chosen, parents, torch.cat(tokens)[chosen]))  # (e, V)
+        q_each = q.repeat_interleave(top_k, dim=0)  # (e * top_k, V): each child's distribution
+        children = sample(q_each, generator)  # (e * top_k,): top_k i.i.d. draws per expanded node
+        frontier = list(range(len(parents), len(parents) + e * top_k))
+        parents += [p for p in chosen for _ in range(top_k)]
+        group += [len(q_rows) + j for j in range(e) for _ in range(top_k)]
+        q_rows += list(q)
+        tokens.append(children)
+        values.append(value[chosen].repeat_interleave(top_k) + q_each.gather(1, children[:, None])[:, 0].log())
+    q = torch.stack(q_rows)[torch.tensor([0] + group, device=root_logits.device)]  # (T+1, V)
+    return parents, torch.cat(tokens), q
+
+
+def fill_static_tree(tree: Tree, root_logits: torch.Tensor, expand: Callable, sampled: bool, sampling: Sampling,
+                     generator):
+    """The tokens of a fixed tree shape (a choice list, `--tree FILE.json`), one head forward per
+    depth over the nodes that have children. Node i is the ranks[i]-th most likely child of its
+    parent, or (sampled) a draw from the parent's q. Returns (tokens (T,), q (T+1, V) or None)."""
+    device = root_logits.device
+    depth = tree.depth[1:].tolist()
+    logits = {-1: root_logits}  # parent node -> the head's logits for its children
+    tokens = torch.zeros(len(tree), dtype=torch.long, device=device)
+    q = torch.zeros(len(tree) + 1, root_logits.shape[-1], device=device) if sampled else None
+    for d in range(1, tree.max_depth + 1):
+        level = [i for i in range(len(tree)) if depth[i] == d]
+        for i in level:
+            parent_logits = logits[tree.parents[i]]
+            if sampled:
+                q[i + 1] = sampling.probs(parent_logits)
+                tokens[i] = sample(q[i + 1], generator)
+            else:
+                tokens[i] = parent_logits.topk(tree.ranks[i] + 1).indices[-1]
+        inner = [i for i in level if tree.children(i + 1)]
+        if inner:
+            logits.update(zip(inner, expand(inner, list(tree.parents), tokens[inner])))
+    return tokens, q
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+
+class HeadDrafter:
+    """The head's side of one step: `catch_up` feeds the pending true pairs (committed), then
+    `expand` feeds tree nodes after them, each on its parent's predicted feature, seeing only its
+    own ancestors (a tree mask over the head's cache, like verification's); `rollback` drops the
+    tree's entries again."""
+
+    def __init__(self, head: EagleHead, wte: nn.Embedding, lm_head, cache: KVCache):
+        self.head, self.wte, self.lm_head, self.cache = head, wte, lm_head, cache
+
+    def catch_up(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """features (n, C), tokens (n,): pairs (f_j, t_{j+1}). Returns the root's children logits (V,)."""
+        f_hat = self.head(features[None], tokens[None], self.wte, self.cache)[0, -1]  # (C,): f^_M
+        self.committed = self.cache.length
+        self.feature, self.slot = {-1: f_hat}, {}  # node -> predicted feature f^ / its slot in the cache
+        return self.lm_head(f_hat)
+
+    def expand(self, node_ids: list[int], parents, tokens: torch.Tensor) -> torch.Tensor:
+        L, n = self.cache.length, len(node_ids)
+        mask = torch.zeros(n, L + n, dtype=torch.bool, device=tokens.device)  # (n, keys)
+        mask[:, :self.committed] = True  # the text so far
+        for row, node in enumerate(node_ids):
+            a = parents[node]
+            while a >= 0:  # its ancestors (all expanded earlier, so all in the cache)
+                mask[row, self.slot[a]] = True
+                a = parents[a]
+            mask[row, L + row] = True
+            self.slot[node] = L + row
+        features = torch.stack([self.feature[parents[node]] for node in node_ids])  # (n, C): the parents' f^
+        f_hat = self.head(features[None], tokens[None], self.wte, self.cache, mask)[0]  # (n, C)
+        self.feature.update(zip(node_ids, f_hat))
+        return self.lm_head(f_hat)
+
+    def rollback(self) -> None:
+        self.cache.truncate(self.committed)
+
+
+def expanded_at_most(top_k: int, depth: int, total_tokens: int, tree: Tree | None = None) -> int:
+    """The most tree entries one step writes into the head's cache: every node of a static tree,
+    or top_k expanded nodes at each depth but the last of a dynamic one (or the node budget)."""
+    return len(tree) if tree is not None else max(total_tokens, top_k * (depth - 1))
+
+
+def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, top_k: int, depth: int, total_tokens: int,
+               sampled: bool, sampling: Sampling, generator):
+    """Steps 0-1 of an EAGLE step: the head reads the pending pairs and drafts a tree, static
+    (`tree`), sampled, or EAGLE-2's dynamic one; its cache then drops the tree again. Returns
+    (tokens (T,), the tree, q (T+1, V) or None)."""
+    root_logits = drafter.catch_up(*pending)  # 0. the head reads the target's true features
+    q = None  # 1. the draft tree
+    if tree is not None:
+        tokens, q = fill_static_tree(tree, root_logits, drafter.expand, sampled, sampling, generator)
+    else:
+        if sampled:
+            parents, tokens, q = grow_sampled_tree(root_logits, drafter.expand, top_k, depth, total_tokens, sampling,
+                                                   generator)
+        else:
+            parents, tokens = grow_tree(root_logits, drafter.expand, top_k, depth, total_tokens)
+        device = root_logits.device  # the tree is built on the CPU: move it only where that is not the device
+        tree = Tree(tuple(parents)) if device.type == "cpu" else Tree(tuple(parents)).to(device)
+    drafter.rollback()
+    return tokens, tree, q
+
+
+class Pending:
+    """A row's head and what it has not read: the true pairs (f_j, t_{j+1}) as pieces
+    [(features, tokens)], joined when it reads them (a plain step appends its piece instead of
+    copying all the pieces before it)."""
+
+    def __init__(self, drafter: HeadDrafter, features: torch.Tensor, tokens: torch.Tensor):
+        self.drafter, self.pieces = drafter, [(features, tokens)]
+
+    def joined(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([f for f, _ in self.pieces]), torch.cat([t for _, t in self.pieces])
+
+
+class Eagle(Proposer):
+    """The head drafts features and grows EAGLE-2's tree (steps 0-1 and 5 above). A size is
+    (top_k, depth, total_tokens); with --tree, a static shape instead."""
+    name = "eagle"
+    chapter = 8  # of the walkthrough
+    summary = "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass"
+    proposes = "a tree"
+    weights = Weights("--eagle", "eagle.safetensors", EagleHead, "an EAGLE head", "python -m tinyspec train eagle",
+                      "block.")
+    settings = {"tree": STATIC_TREE}
+    reduced_vocab = True
+    default_size = "2,4,8"
+    # top_k = 1 is a chain: two head forwards for depth 2, where a small model's fixed cost per
+    # forward makes every forward count
+    sizes = ("1,2,2", "1,3,3", "2,3,4", "2,4,8", "2,6,16")
+    size_help = "TOPK,DEPTH,NODES: EAGLE-2's tree: TOPK children per expanded node and TOPK nodes expanded per " \
+                "depth, DEPTH deep, its NODES most likely nodes kept (each 1-16, NODES up to 127)"
+
+    def __init__(self, target: GPT, head: EagleHead, draft_vocab: torch.Tensor | None = None,
+                 tree: str | Tree | None = None):
+        """tree: a static shape (a Tree, or the path of a choice list) for every step, whatever the size."""
+        self.target, self.head, self.device, self.tree = target, head, target.lm_head.weight.device, tree
+        self.lm_head = target.lm_head if draft_vocab is None else DraftVocab(target.lm_head, draft_vocab)
+        static = tree if isinstance(tree, Tree) or tree is None else load_tree(tree)
+        self.static = static.to(self.device) if static is not None else None
+        self.spare: KVCache | None = None  # batch 1's head cache, reused prompt after prompt
+
+    def shape(self, size: str):
+        """(top_k, depth, total_tokens), or the static tree from --tree whatever the size."""
+        if self.static is not None:
+            return self.static
+        parts = size.split(",")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"an EAGLE size is TOPK,DEPTH,NODES (e.g. {self.default_size}), got {size!r}")
+        top_k, depth, total = map(int, parts)
+        if not (1 <= top_k <= 16 and 1 <= depth <= 16 and 1 <= total <= 127):
+            raise ValueError(f"an EAGLE size TOPK,DEPTH,NODES needs TOPK and DEPTH in 1..16, NODES in 1..127, "
+                             f"got {size!r}")
+        return top_k, depth, total
+
+    def room(self, shape) -> int:
+        return len(shape) if isinstance(shape, Tree) else shape[2]
+
+    def start(self, rows: list[Row], hidden, slots: int) -> None:
+        head_room = slots + expanded_at_most(16, 16, 127)  # the text, and the most nodes a step of any size expands
+        for r, f in zip(rows, hidden):  # f: (P, C), f_0 .. f_{P-1}
+            own = self.spare if len(rows) == 1 and self.spare is not None and self.spare.max_len >= head_room else None
+            own = own or self.head.new_cache(head_room)
+            if len(rows) == 1:
+                self.spare = own
+            own.reset()
+            r.state = Pending(HeadDrafter(self.head, self.target.transformer.wte, self.lm_head, own), f,
+                              torch.tensor(r.text[1:], device=self.device))  # pairs (f_j, t_{j+1}), all unread
+
+    def propose(self, rows: list[Row], shape, room: list[int], sampling: Sampling, sampled: bool) -> list:
+        static = shape if isinstance(shape, Tree) else None
+        deepest = static.max_depth if static is not None else shape[1]
+        out = []
+        for b, r in enumerate(rows):
+            if deepest > room[b]:  # the tree would pass the end of the context: a plain step
+                out.append(None)
+                continue
+            grown = (None, None, None) if static is not None else shape
+            tokens, tree, q = draft_tree(r.state.drafter, r.state.joined(), static, *grown, sampled, sampling,
+                                         r.generator)  # 0-1. the row's head catches up and drafts its tree
+            out.append(Proposal(tokens, tree, q))
+        return out
+
+    def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
+        for r, prop, v in zip(rows, proposals, verified):
+            new = (v.hidden[v.kept], torch.tensor(v.step.tokens, device=self.device))  # 5. true features, what followed
+            if prop is not None:
+                r.state.pieces = [new]  # the head read everything before this step
+            else:
+                r.state.pieces.append(new)
+
+
+METHOD = Eagle

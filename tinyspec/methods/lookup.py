@@ -1,0 +1,115 @@
+"""Prompt lookup decoding (Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding; the
+method behind Hugging Face's `prompt_lookup_num_tokens`): speculation whose draft is the text
+itself.
+
+Code edits, summaries, answers that quote their question, tables: much of what a model writes
+has already been written, in the prompt or earlier in the output. So instead of a draft model,
+look up the last few tokens in the text so far and propose what followed them last time. The
+proposal costs a dictionary lookup; only the target's forward over it costs anything, which is
+what matters on a CPU, where a draft's forwards or Medusa's heads eat much of the gain.
+
+One step, with root the last accepted token (not yet in the cache):
+
+1. propose (`NgramIndex.propose`): for n = max_ngram down to 1, find the most recent earlier
+   occurrence of the text's last n tokens; the k tokens that followed it are the proposal, a
+   chain (`tree.chain`). No occurrence of even the last token: a plain step.
+2-4. the loop's, as for any tree (`decoding.decode`): one target forward over root + chain, a
+   rule from `verify.py`, the cache kept to the accepted prefix.
+
+The proposal is a function of the text alone, never sampled: at temperature > 0 each proposed
+token is a draft whose q is a point mass, and the `pointmass` rule makes that exact (a token x
+is accepted with probability p(x); after a rejection the correction comes from p without x,
+renormalised). At temperature 0 the `greedy` rule is plain greedy decoding, token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..decoding import Proposal, Proposer, Row, Setting, Verified
+from ..model import GPT
+from ..sampling import Sampling
+from ..tree import chain, tree_on
+
+
+class NgramIndex:
+    """The text so far, and where each of its n-grams (n = 1..max_ngram) last occurred.
+
+    `last[g]` is the index in `text` just after the most recent occurrence of n-gram g that has
+    a token after it. Appending a token adds the n-grams that *end just before it*, so the index
+    grows by max_ngram entries per token (a dict update, not a rescan of the text), and the
+    text's own suffix is never found as its own earlier occurrence.
+
+    Example, max_ngram = 2, text = a b c a b: last = {a: 4, b: 2, c: 3, ab: 2, bc: 3, ca: 4}
+    (b at 4 has nothing after it yet). The suffix "a b" last occurred at 0..1, followed by
+    text[2:] = "c a b": propose(2) = [c, a]."""
+
+    def __init__(self, max_ngram: int, text=()):
+        self.max_ngram = max_ngram
+        self.text: list[int] = []
+        self.last: dict[tuple[int, ...], int] = {}
+        self.extend(text)
+
+    def extend(self, tokens) -> None:
+        for token in tokens:
+            i = len(self.text)  # token i follows the n-grams that end at i - 1
+            for n in range(1, min(self.max_ngram, i) + 1):
+                self.last[tuple(self.text[i - n:i])] = i  # newer occurrences overwrite older ones
+            self.text.append(int(token))
+
+    def propose(self, k: int) -> list[int]:
+        """The k tokens that followed the most recent earlier occurrence of the longest suffix
+        (up to max_ngram tokens) seen before; [] if not even the last token was seen before.
+        A continuation that runs into the end of the text wraps around: the suffix recurred
+        len(text) - start tokens back, so the guess is that the text repeats with that period
+        (a loop "x y z x y z" proposes "x y z x ..." rather than stopping after "x y z")."""
+        text = self.text
+        for n in range(min(self.max_ngram, len(text)), 0, -1):
+            start = self.last.get(tuple(text[-n:]))
+            if start is not None:
+                period = len(text) - start
+                return [text[start + i % period] for i in range(k)]
+        return []
+
+
+class PromptLookup(Proposer):
+    """Each row proposes what followed its own text's last tokens earlier on (step 1 above)."""
+    name = "lookup"
+    chapter = 9.1  # of the walkthrough
+    summary = "prompt lookup: the text's own earlier continuation of its last tokens is the proposal"
+    proposes = "fixed tokens"
+    settings = {"max_ngram": Setting(3, int, "the longest suffix of the text looked up; shorter ones are tried "
+                                     "when it has not occurred before", 1, 8)}
+    default_size = "8"
+    sizes = ("4", "8", "16")
+    size_help = "K: tokens looked up per step (1-16)"
+
+    def __init__(self, target: GPT, max_ngram: int = 3):
+        self.device, self.max_ngram = target.lm_head.weight.device, max_ngram
+
+    def shape(self, size: str) -> int:
+        if not size.isdigit() or not 1 <= int(size) <= 16:
+            raise ValueError(f"a lookup's size is its k, an integer in 1..16, got {size!r}")
+        return int(size)
+
+    def room(self, k: int) -> int:
+        return k
+
+    def start(self, rows: list[Row], hidden, slots: int) -> None:
+        for r in rows:
+            r.state = NgramIndex(self.max_ngram, r.text)
+
+    def propose(self, rows: list[Row], k: int, room: list[int], sampling: Sampling, sampled: bool) -> list:
+        out = []
+        for r, left in zip(rows, room):
+            guess = r.state.propose(min(k, left)) if left > 0 else []  # nothing found: a plain step
+            out.append(Proposal(torch.tensor(guess, device=self.device), tree_on(chain(len(guess)).parents, self.device))
+                       if guess else None)
+        return out
+
+    def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
+        for r, v in zip(rows, verified):
+            r.state.extend(v.step.tokens)
+
+
+METHOD = PromptLookup
