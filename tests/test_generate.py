@@ -268,6 +268,14 @@ def test_the_overview_and_help_name_every_method_and_training_job(capsys):
     assert "docs/example_prompts.txt" in help_text and "prompts.jsonl" not in help_text
 
 
+def python_ctrl_c():
+    """In the child, before Python starts: Ctrl-C as a terminal gives it, whatever this process was
+    started with (a job started in the background by a shell ignores SIGINT, and its children inherit
+    that; tinyspec rightly keeps an ignored SIGINT ignored)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("command", [["generate"], ["bench"], []])
 def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130(command):
     """Ctrl-C in the first seconds, while `import torch` runs: "[interrupted]" and status 130, as
@@ -275,7 +283,7 @@ def test_ctrl_c_while_the_command_is_still_importing_is_one_line_and_130(command
     import signal
     import time
     p = subprocess.Popen([sys.executable, "-m", "tinyspec", *command, "--help"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=python_ctrl_c)
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
@@ -286,10 +294,11 @@ def test_a_program_that_imports_tinyspec_keeps_pythons_ctrl_c():
     """Only `python -m tinyspec...` changes Ctrl-C while it starts; a program, a notebook or the
     tests that import tinyspec get Python's KeyboardInterrupt as always."""
     code = "import signal, tinyspec; assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=python_ctrl_c)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
     import signal
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's own process too
+    import tinyspec
+    assert signal.getsignal(signal.SIGINT) is not tinyspec.interrupted_while_starting  # pytest's own process neither
 
 
 def test_run_main_gives_the_command_pythons_ctrl_c_back(monkeypatch):
