@@ -342,6 +342,23 @@ def test_coursework_chapters_name_headings_of_the_book():
     assert {c.walkthrough for c in CHAPTERS.values()} <= headings
 
 
+def test_the_coursework_table_is_course_chapters():
+    """The book's table of assignments is `course.chapters_table()` line for line: every chapter
+    `course` hands out, its functions and its number of graded tests. The appendix's count for the
+    `sampling` handout is that chapter's."""
+    from tinyspec.commands.course import CHAPTERS, chapters_table
+    lines = (ROOT / "walkthrough.md").read_text().splitlines(keepends=True)
+    header = chapters_table().splitlines(keepends=True)[0]
+    assert lines.count(header) == 1, "walkthrough.md needs one coursework table"
+    start = lines.index(header)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    assert "".join(lines[start:end]) == chapters_table(), \
+        "the coursework table differs from course.CHAPTERS: paste the output of python -c " \
+        "'from tinyspec.commands.course import chapters_table; print(chapters_table(), end=\"\")' into walkthrough.md"
+    appendix = " ".join((ROOT / "docs" / "appendix.md").read_text().split())
+    assert f"0 of its {len(CHAPTERS['sampling'].tests)} graded tests" in appendix
+
+
 def test_the_books_twenty_line_loop_is_greedy_decoding():
     """Chapter 5 opens with greedy speculative decoding in plain Python: run it as printed."""
     from conftest import random_gpt

@@ -110,6 +110,22 @@ CHAPTERS = {
 }
 
 
+def chapters_table() -> str:
+    """`CHAPTERS` as the walkthrough's Markdown table: a row per chapter, with the walkthrough
+    chapter that teaches it, its functions (`file.py: first`, then the others of that file) and
+    how many tests grade it. The book holds this text verbatim (tests/test_docs.py checks it)."""
+    rows = ["| chapter | walkthrough | functions to write | graded tests |", "|---|---|---|---|"]
+    for c, ch in CHAPTERS.items():
+        by_file = {}
+        for f in ch.functions:
+            file, qualname = f.split(":")
+            by_file.setdefault(file, []).append(qualname)
+        functions = ", ".join(f"`{file}: {names[0]}`" + "".join(f", `{n}`" for n in names[1:])
+                              for file, names in by_file.items())
+        rows.append(f"| `{c}` | {ch.walkthrough.split()[0]} | {functions} | {len(ch.tests)} |")
+    return "\n".join(rows) + "\n"
+
+
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
     """The function `name` or method `Class.name` defined at the top of a module."""
     *owner, name = qualname.split(".")
