@@ -181,7 +181,7 @@ def generations(target, proposer=None, prompts=((3, 4),), sampling=None, seeds=N
     """The Results of decoding `prompts` together (a batch of len(prompts) rows) with `proposer`
     (default: plain decoding) through `Decoder(target, proposer, **decoder)` (size=, policy=, rule=);
     row i samples with a generator seeded seeds[i] (default: none, for greedy)."""
-    from tinyspec.decoding import run_batch
+    from tinyspec.results import run_batch
     from tinyspec.methods import Decoder
     from tinyspec.sampling import Sampling
     d = Decoder(target, proposer, **decoder)
@@ -197,7 +197,7 @@ def sampled_rows(decoder, prompts, sampling, n_samples, n=3, batch=300):
     j's, as a loop over seeds draws it). Every row is judged alone, with its own generator, on its
     own slice of the logits (decoding.py), so its output is distributed exactly as a batch-1 run's
     whatever rows are beside it: thousands of samples cost tens of batched forwards, not thousands."""
-    from tinyspec.decoding import run_batch
+    from tinyspec.results import run_batch
     runs, total = [[] for _ in prompts], len(prompts) * n_samples
     for first in range(0, total, batch):
         size = min(batch, total - first)
@@ -252,7 +252,8 @@ def looped(target, proposer=None, prompts=((3, 4),), size=None, rule="greedy", s
     a test that holds another rule to greedy decoding at T = 0 calls the loop. size: every step's
     (default: the method's default size), or policy: a chooser of the sizes it promises; cache: the
     target's (to look inside it afterwards)."""
-    from tinyspec.decoding import Proposer, decode, run_batch
+    from tinyspec.decoding import Proposer, decode
+    from tinyspec.results import run_batch
     from tinyspec.sampling import Sampling
     proposer = proposer or Proposer()
     sizes = list(policy.promise) if policy is not None else [s for s in [size or proposer.default_size] if s]

@@ -11,7 +11,8 @@ import torch
 
 from tinyspec import decoding
 from tinyspec.commands import bench, generate
-from tinyspec.decoding import decode, default_rule, feed, run_batch
+from tinyspec.decoding import decode, default_rule, feed
+from tinyspec.results import run_batch
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import DraftModel

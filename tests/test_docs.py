@@ -362,7 +362,8 @@ def test_the_coursework_table_is_course_chapters():
 def test_the_books_twenty_line_loop_is_greedy_decoding():
     """Chapter 5 opens with greedy speculative decoding in plain Python: run it as printed."""
     from conftest import random_gpt
-    from tinyspec.decoding import autoregressive, run
+    from tinyspec.decoding import autoregressive
+    from tinyspec.results import run
     from tinyspec.sampling import Sampling
     block = next(b for b in FENCE.findall((ROOT / "walkthrough.md").read_text()) if "def greedy_speculative" in b)
     namespace = {"torch": torch}

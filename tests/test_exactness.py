@@ -8,7 +8,8 @@ import torch
 
 from tinyspec import decoding, methods
 from tinyspec.commands import generate
-from tinyspec.decoding import decode, run_batch
+from tinyspec.decoding import decode
+from tinyspec.results import run_batch
 from tinyspec.methods import Decoder, check_rule
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.eagle import Eagle

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.decoding import run
+from tinyspec.results import run
 from tinyspec.kernels.fastpath import CUDAGraphForward, FixedForward, fixed_forward
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.decoding import Step, autoregressive, run
+from tinyspec.decoding import Step, autoregressive
+from tinyspec.results import run
 from tinyspec.commands.generate import Printer
 from tinyspec.sampling import Sampling
 

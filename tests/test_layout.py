@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 
-CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding"]
+CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding", "results"]
 ROOMS = {
     "kernels": ["tree_attention", "fastpath"],
     "methods": ["draft", "medusa", "eagle", "lookup", "lookahead"],

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.decoding import NO_CLOCK, run
+from tinyspec.decoding import NO_CLOCK
+from tinyspec.results import run
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import DraftModel

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tinyspec.commands import data, generate
-from tinyspec.decoding import Decoder, run_batch
+from tinyspec.decoding import Decoder
+from tinyspec.results import run_batch
 from tinyspec.methods.rest import DEPTH, MAX_MATCH, MIN_SHARE, Datastore, Rest, corpus_tree, suffix_array
 from tinyspec.sampling import Sampling
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tinyspec.decoding import run
+from tinyspec.results import run
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.lookahead import Lookahead

@@ -10,7 +10,7 @@ import torch
 from tinyspec.commands import generate
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import DraftModel, accept_or_resample, best_k, expected_speedup, expected_tokens
-from tinyspec.decoding import run
+from tinyspec.results import run
 from tinyspec.sampling import Sampling
 from tinyspec.speed.policy import Policy
 

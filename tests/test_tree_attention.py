@@ -257,7 +257,7 @@ def test_on_gpu(T, L, D, num_splits, dtype):
 def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
     """End to end in float32: Medusa verifying with the Triton kernel against SDPA, on the GPU."""
     from conftest import random_gpt, random_heads
-    from tinyspec.decoding import run
+    from tinyspec.results import run
     from tinyspec.medusa import medusa
     from tinyspec.sampling import Sampling
     from tinyspec.tree import from_accuracies

@@ -28,7 +28,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import PLAIN, run, run_batch
+from ..decoding import PLAIN
+
+from ..results import run, run_batch, size_order
 from ..decoding import Decoder
 from ..kernels.fastpath import fixed_forward
 from ..methods import METHODS, check_rule
@@ -120,7 +122,7 @@ class Runner:
         return totals
 
     def run_batches(self, spec, prompts, sampling, size: int) -> dict:
-        """The prompts `size` at a time, each batch decoded together (`decoding.run_batch`); prompt
+        """The prompts `size` at a time, each batch decoded together (`results.run_batch`); prompt
         i samples with seed + i, as in `run`. Latency: each row's time from its batch's start."""
         totals = dict(new_tokens=0, target_steps=0, proposed=0, accepted=0, rejections=0, wall_s=0.0, outputs=[],
                       latencies=[])
@@ -192,10 +194,6 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
             chosen = sizing.chosen()
             row["sized"] = chosen and chosen["size"]
     return row
-
-
-def size_order(item) -> tuple:
-    return tuple(int(x) if x.isdigit() else 0 for x in item[0].split(","))
 
 
 QUICK = dict(methods="ar,draft,medusa,lookup", temperatures="0", prompts_per_category=2, max_new_tokens=48,

@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import ACCEPTED, BONUS, CORRECTION, Decoder, Step, run, run_batch
+from ..decoding import ACCEPTED, BONUS, CORRECTION, Decoder, Step
+
+from ..results import run, run_batch
 from ..kernels.fastpath import fixed_forward
 from ..methods import METHODS, check_rule
 from ..sampling import Sampling

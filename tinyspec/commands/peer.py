@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..decoding import run
+from ..results import run
 from ..sampling import Sampling
 
 

@@ -17,7 +17,7 @@ import torch
 from . import data, distill
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .cli import check_destination, check_output, die, pick_device, set_threads, shown
-from ..decoding import run
+from ..results import run
 from ..decoding import Decoder
 from ..methods.eagle import Eagle, EagleHead
 from ..files import atomic_write_text
