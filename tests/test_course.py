@@ -1,5 +1,8 @@
 """Coursework: a handout's graded tests fail with the stubs and pass with the solutions back."""
 import ast
+import importlib
+import re
+import shlex
 import shutil
 
 import pytest
@@ -29,12 +32,61 @@ def test_every_chapter_names_existing_functions_and_tests():
         assert set(ch.needs) <= set(course.CHAPTERS)
 
 
+def deliverable_commands(text: str) -> list[list[str]]:
+    """The `python -m tinyspec ...` commands a deliverable quotes, as argument lists after the module."""
+    return [shlex.split(c)[3:] for c in re.findall(r"`(?:time )?(python -m tinyspec [^`]+)`", text)]
+
+
+def test_every_chapter_is_a_handout_with_hours_and_a_deliverable_made_by_existing_commands():
+    """Each chapter names its walkthrough chapter as the book titles it, an estimate of its hours,
+    and a written deliverable whose commands parse with tinyspec's own parsers (a method spec as the
+    benchmark checks it): a student can run every command the handout asks for."""
+    from tinyspec.commands.specs import parse_method
+    from tinyspec.methods import check_rule
+    titles = re.findall(r"^## (\d+ .+)$", (course.ROOT / "walkthrough.md").read_text(), re.M)
+    for chapter, ch in course.CHAPTERS.items():
+        assert ch.walkthrough in titles, f"{chapter}: {ch.walkthrough!r} is no chapter of walkthrough.md"
+        assert 0 < ch.hours <= 20, chapter
+        commands = deliverable_commands(ch.deliverable)
+        assert commands, f"{chapter}: the deliverable names no command to measure with"
+        for argv in commands:
+            name, *rest = argv
+            module = "kernel_bench" if argv[:2] == ["bench", "kernels"] else name
+            rest = rest[1:] if module == "kernel_bench" else rest
+            args = importlib.import_module(f"tinyspec.commands.{module}").build_parser().parse_args(rest)
+            if name == "bench" and getattr(args, "methods", None):
+                temperatures = [float(t) for t in (args.temperatures or "0").split(",")]
+                for spec in re.split(r",(?=[a-zA-Z])", args.methods):
+                    method, _, rule = parse_method(spec)
+                    for t in temperatures:
+                        assert check_rule(method, rule, t) is None, f"{chapter}: {spec} at T={t}"
+
+
+def test_grading_names_each_chapters_functions_tests_deliverable_and_hours():
+    """GRADING.md, section by section: what to build (every function with its signature), how it is
+    graded (every test, the chi-square ones said to be statistical), the deliverable and the hours."""
+    text = course.grading_md(list(course.CHAPTERS))
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert [s.split()[0] for s in sections] == list(course.CHAPTERS)
+    for section, (chapter, ch) in zip(sections, course.CHAPTERS.items()):
+        assert f"walkthrough chapter {ch.walkthrough}; about {ch.hours} hours" in section.splitlines()[0]
+        assert "### What to build" in section and "### How it is graded" in section
+        assert f"### Written deliverable\n\n{ch.deliverable}\n" in section, chapter
+        for f in ch.functions:
+            file, qualname = f.split(":")
+            assert f"`tinyspec/{file}`: `def {qualname}(" in section, f
+        for t in ch.tests:
+            line = next(line for line in section.splitlines() if f"`{t}`" in line)
+            assert ("chi-square" in line) == course.statistical(course.ROOT, t), t
+    assert "chi-square" in text.split("## rules")[1].split("\n## ")[0]  # the exact-distribution tests are
+
+
 @pytest.mark.slow
 def test_handout_fails_with_stubs_and_passes_with_solutions(tmp_path, capsys):
     out = tmp_path / "hw"
     course.main(["handout", str(out), "--chapters", "sampling"])
     assert "NotImplementedError" in (out / "tinyspec" / "sampling.py").read_text()
-    assert "sampling" in (out / "GRADING.md").read_text()
+    assert (out / "GRADING.md").read_text() == course.grading_md(["sampling"])
     shown = []
     passed, total = course.grade(out, ["sampling"], show=shown.append)["sampling"]
     assert total == len(course.CHAPTERS["sampling"].tests) and passed == 0  # every graded test fails on the stub

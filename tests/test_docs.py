@@ -623,3 +623,15 @@ def test_triton_is_an_extra_of_its_own():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert not any(r.startswith("triton") for r in extras["test"]) and extras["triton"][0].startswith("triton")
 
+
+
+def test_the_book_keeps_its_word_budget():
+    """Chapters 0-13 of the walkthrough stay within 24,000 words, and each method added since
+    (a file of methods/ after the seed methods: draft, medusa, eagle, lookup, lookahead) at most
+    1,500 more: a book a student reads through, not a reference that grows with every feature."""
+    from tinyspec.methods import METHODS
+    added = [m for m in METHODS if m not in ("ar", "draft", "medusa", "eagle", "lookup", "lookahead")]
+    text = (ROOT / "walkthrough.md").read_text()
+    chapters = text[text.index("\n## 0 "):]
+    words = len(chapters.split())
+    assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-13 for {len(added)} added methods"

@@ -424,3 +424,54 @@ def test_train_eagle_command_writes_head_card_and_resumes(corpus_dir, tmp_path):
     with pytest.raises(SystemExit) as e:
         train.main([str(tmp_path / "empty") if a == str(tmp_path / "run") else a for a in argv] + ["--resume"])
     assert e.value.code == 2
+
+
+def test_training_on_own_predictions_sees_what_a_draft_chain_sees(counting_gpt, counting_data, trained_head):
+    """Training-time test (`distill.own_chains`): depth d's rows are what the head computes for a
+    chain d deep drafted below each anchor at decoding time, one node per head forward through
+    `HeadDrafter` (catch-up, then expansions), fed the true tokens."""
+    from tinyspec.commands.distill import own_chains
+    from tinyspec.methods.eagle import HeadDrafter
+    seqs, _ = counting_data
+    x = torch.from_numpy(seqs[:2].astype("int64"))
+    f = counting_gpt.hidden(x)
+    wte = counting_gpt.transformer.wte
+    pairs = trained_head.embed(f[:, :-1], x[:, 1:], wte)
+    j, depth = torch.tensor([3, 9, 15]), 4
+    with torch.no_grad():
+        chains = own_chains(trained_head, pairs, trained_head.run(pairs), x, j, depth, wte)
+        for b in range(2):
+            for a, anchor in enumerate(j.tolist()):
+                drafter = HeadDrafter(trained_head, wte, counting_gpt.lm_head, trained_head.new_cache(64))
+                drafter.catch_up(f[b, :anchor + 1], x[b, 1:anchor + 2])  # the true pairs 0..j
+                parents, tokens = [], []
+                for d in range(2, depth + 1):  # node d - 2 is d deep: parent the node above (-1: the root)
+                    parents.append(len(parents) - 1)
+                    tokens.append(int(x[b, anchor + d]))
+                    drafter.expand([len(parents) - 1], parents, torch.tensor(tokens)[-1:])
+                    torch.testing.assert_close(chains[d - 2][b, a], drafter.feature[len(parents) - 1], atol=1e-4,
+                                               rtol=1e-4)
+
+
+def test_train_eagle_on_its_own_predictions_from_a_head(corpus_dir, tmp_path):
+    """`train eagle --depth 3 --init-from HEAD`: training-time test, starting from a trained head;
+    the card says so, and a parallel head is refused as a start."""
+    from tinyspec.commands import train
+    from test_parallel import random_parallel
+    target = random_gpt(vocab_size=8192, n_ctx=64, scale=3.0)
+    target.save(tmp_path / "target.safetensors")
+    start = random_head(target, 0, 2.0)
+    start.save(tmp_path / "start.safetensors")
+    argv = ["eagle", "--target", str(tmp_path / "target.safetensors"), "--sequences", "32", "--prompt-len", "8",
+            "--gen-len", "24", "--gen-batch", "16", "--steps", "4", "--batch-size", "4", "--depth", "3", "--anchors",
+            "8", "--data-dir", str(corpus_dir), "--stdlib-only", "--run-dir", str(tmp_path / "run"), "--medusa-run-dir",
+            str(tmp_path / "none"), "--out", str(tmp_path / "e.safetensors")]
+    train.main(argv + ["--init-from", str(tmp_path / "start.safetensors")])
+    head = EagleHead.load(tmp_path / "e.safetensors")
+    assert (head.fc.weight.float() - start.fc.weight.float()).abs().max() < 0.05
+    card = (tmp_path / "e.md").read_text()
+    assert "the head's own predicted features" in card and "start.safetensors" in card
+    random_parallel(target, 0).save(tmp_path / "p.safetensors")
+    with pytest.raises(SystemExit) as e:
+        train.main(argv[:-2] + ["--out", str(tmp_path / "e2.safetensors"), "--init-from", str(tmp_path / "p.safetensors")])
+    assert e.value.code == 2

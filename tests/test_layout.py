@@ -17,7 +17,7 @@ ROOMS = {
     "methods": ["draft", "medusa", "eagle", "lookup", "lookahead"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "commands": ["cli", "data", "optim", "checkpoint", "distill", "train_heads", "train", "peer", "plots", "kernel_bench",
-                 "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "course"],
+                 "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "assignments", "course"],
 }
 
 

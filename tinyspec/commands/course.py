@@ -4,11 +4,13 @@
     python -m tinyspec course handout /tmp/hw --chapters sampling,kvcache
     python -m tinyspec course grade /tmp/hw
 
-An assignment is a set of whole functions, named in `CHAPTERS` below; the code a reader reads
+An assignment is a set of whole functions, named in `assignments.CHAPTERS`; the code a reader reads
 carries no markers. `handout` copies the project and replaces the body of each of the chosen
 chapters' functions by `raise NotImplementedError(...)`, keeping its signature and docstring
-(the docstring says what to write), and writes GRADING.md naming the tests that grade each
-chapter. `grade` runs those tests against a student's copy (its own `tinyspec` package, not the
+(the docstring says what to write), and writes GRADING.md: per chapter, the functions to write
+(their signatures), the tests that grade them (the statistical ones said so), a written
+deliverable (a measurement made with a tinyspec command, explained by the walkthrough's cost
+model) and an estimate of the hours it takes. `grade` runs those tests against a student's copy (its own `tinyspec` package, not the
 installed one), shows the failures, prints a score per chapter, and exits with status 1 unless
 every graded test passed. The tests are the project's own: a student's code is held to what
 ours is held to.
@@ -25,9 +27,9 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
+from .assignments import CHAPTERS, Chapter, chapters_table  # noqa: F401 (for course.Chapter and the walkthrough)
 from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, run_main
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
@@ -35,95 +37,58 @@ HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "t
 MANIFEST = ".course.json"  # in a handout: which chapters it hands out
 
 
-@dataclass(frozen=True)
-class Chapter:
-    walkthrough: str  # the walkthrough chapter that teaches it
-    functions: tuple[str, ...]  # "file.py:function" or "file.py:Class.method", relative to tinyspec/
-    tests: tuple[str, ...]  # pytest node ids of the tests that grade it (one score point each)
-    needs: tuple[str, ...] = ()  # chapters whose code these tests run too
+def signature(root: Path, function: str) -> str:
+    """`file.py:Class.name` as the line that defines it, e.g. `def probs(self, logits) -> torch.Tensor`."""
+    file, qualname = function.split(":")
+    fn = find_function(ast.parse((root / "tinyspec" / file).read_text()), qualname)
+    returns = f" -> {ast.unparse(fn.returns)}" if fn.returns is not None else ""
+    return f"def {qualname}({ast.unparse(fn.args)}){returns}"
 
 
-CHAPTERS = {
-    "tokenizer": Chapter("1 Tokenizer", ("tokenizer.py:train_bpe",),
-                         ("tests/test_tokenizer.py::test_merges_equal_tiktoken_reference_trainer",
-                          "tests/test_tokenizer.py::test_merges_equal_reference_on_random_texts_full_of_ties",
-                          "tests/test_tokenizer.py::test_training_counts_chunks_not_positions",
-                          "tests/test_tokenizer.py::test_save_load_roundtrip",
-                          "tests/test_tokenizer.py::test_encoding_uses_training_merges")),
-    "kvcache": Chapter("3 KV cache", ("kvcache.py:KVCache.truncate", "kvcache.py:KVCache.keep"),
-                       ("tests/test_kvcache.py::test_truncate_then_redecode_equals_fresh_cache",
-                        "tests/test_kvcache.py::test_keep_compacts_an_accepted_tree_path",
-                        "tests/test_kvcache.py::test_keep_rejects_unsorted_or_stale_slots",
-                        "tests/test_speculative.py::test_caches_after_speculative_steps_equal_plain_decoding")),
-    "sampling": Chapter("4 Sampling", ("sampling.py:probs", "sampling.py:sample"),
-                        ("tests/test_sampling.py::test_matches_huggingface_warpers",
-                         "tests/test_sampling.py::test_greedy_is_one_hot_at_argmax",
-                         "tests/test_sampling.py::test_top_p_keeps_smallest_set_reaching_mass",
-                         "tests/test_sampling.py::test_top_p_keeps_the_set_whose_mass_is_exactly_p_and_no_more",
-                         "tests/test_sampling.py::test_seeded_sampling_is_reproducible_and_follows_p",
-                         "tests/test_sampling.py::test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token")),
-    "speculative": Chapter("5 Speculative sampling", ("methods/draft.py:accept_or_resample",),
-                           ("tests/test_speculative.py::test_greedy_equals_plain_decoding_for_every_k_and_draft",
-                            "tests/test_speculative.py::test_acceptance_rule_reproduces_p_for_fixed_distributions",
-                            "tests/test_speculative.py::test_sampled_output_has_the_target_distribution",
-                            "tests/test_speculative.py::test_a_k_chosen_anew_every_step_is_still_exact"),
-                           needs=("kvcache", "sampling")),
-    "tree": Chapter("6 Trees and verification", ("tree.py:depths", "tree.py:tree_mask", "tree.py:root_to_leaf_paths"),
-                    ("tests/test_tree.py::test_hand_drawn_tree", "tests/test_tree.py::test_chain_and_star",
-                     "tests/test_tree.py::test_choice_lists_round_trip",
-                     "tests/test_tree.py::test_tree_from_accuracies_takes_the_most_likely_nodes")),
-    "verify": Chapter("6 Trees and verification", ("verify.py:longest_accepted_path", "verify.py:greedy"),
-                      ("tests/test_medusa.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
-                       "tests/test_medusa.py::test_trained_heads_make_greedy_medusa_take_fewer_target_passes",
-                       "tests/test_medusa.py::test_cache_after_medusa_steps_equals_plain_decoding",
-                       "tests/test_lookup.py::test_greedy_lookup_equals_plain_decoding"),
-                      needs=("kvcache", "sampling", "tree")),
-    "medusa": Chapter("7 Medusa", ("methods/medusa.py:propose",),
-                      ("tests/test_medusa.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
-                       "tests/test_medusa.py::test_lossless_rules_at_temperature_zero_are_greedy_decoding",
-                       "tests/test_medusa.py::test_cache_after_medusa_steps_equals_plain_decoding",
-                       "tests/test_medusa.py::test_trained_heads_make_greedy_medusa_take_fewer_target_passes"),
-                      needs=("kvcache", "sampling", "tree", "verify")),
-    "eagle": Chapter("8 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_tree",),
-                     ("tests/test_eagle.py::test_grow_tree_on_the_docstring_example",
-                      "tests/test_eagle.py::test_grow_tree_matches_a_plain_reference",
-                      "tests/test_eagle.py::test_greedy_eagle_equals_plain_decoding",
-                      "tests/test_eagle.py::test_caches_after_eagle_steps_equal_plain_decoding"),
-                     needs=("kvcache", "sampling", "tree", "verify")),
-    "lookup": Chapter("9 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/lookup.py:NgramIndex.propose",),
-                      ("tests/test_lookup.py::test_index_example_and_incremental_updates_match_a_scan",
-                       "tests/test_lookup.py::test_greedy_lookup_equals_plain_decoding",
-                       "tests/test_lookup.py::test_greedy_lookup_runs_to_the_end_of_the_context",
-                       "tests/test_lookup.py::test_cache_after_lookup_steps_equals_plain_decoding"),
-                      needs=("kvcache", "sampling", "tree", "verify")),
-    "kernel": Chapter("10 The Triton kernel and the fast path", ("kernels/tree_attention.py:_online_softmax_step",),
-                      ("tests/test_tree_attention.py::test_matches_reference",
-                       "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path",
-                       "tests/test_tree_attention.py::test_any_strides",
-                       "tests/test_tree_attention.py::test_custom_scale")),
-    "batch": Chapter("13 Batch > 1: speculation against batching", ("decoding.py:feed",),
-                     ("tests/test_batch.py::test_rows_of_different_lengths_equal_their_own_single_caches",
-                      "tests/test_batch.py::test_greedy_rows_equal_plain_decoding_at_every_batch_size",
-                      "tests/test_batch.py::test_each_rows_cache_equals_plain_decodings",
-                      "tests/test_batch.py::test_rows_that_are_done_leave_the_batch_and_the_rest_go_on"),
-                     needs=("kvcache", "sampling", "tree", "verify")),
-}
+def statistical(root: Path, test: str) -> bool:
+    """Whether a graded test is a chi-square test (its body computes `chi_square`)."""
+    file, name = test.split("::")
+    module = ast.parse((root / file).read_text())
+    fn = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return fn is not None and "chi_square(" in ast.unparse(fn)
 
 
-def chapters_table() -> str:
-    """`CHAPTERS` as the walkthrough's Markdown table: a row per chapter, with the walkthrough
-    chapter that teaches it, its functions (`file.py: first`, then the others of that file) and
-    how many tests grade it. The book holds this text verbatim (tests/test_docs.py checks it)."""
-    rows = ["| chapter | walkthrough | functions to write | graded tests |", "|---|---|---|---|"]
-    for c, ch in CHAPTERS.items():
-        by_file = {}
+STATISTICAL = ("statistical: a chi-square test of the output's counts against the exact distribution, on fixed "
+               "seeds, at a critical value of p ~ 1e-5, so a correct solution fails it about once in 100,000 runs")
+
+
+def grading_md(chapters: list[str], root: Path = ROOT) -> str:
+    """GRADING.md for a handout of `chapters`: per chapter, what to build (each function's file,
+    signature and docstring), how it is graded (its tests, the statistical ones said so), what it
+    also runs, the written deliverable and the hours."""
+    total = sum(CHAPTERS[c].hours for c in chapters)
+    lines = ["# Grading\n\n",
+             "Write the functions named below, then run `python -m tinyspec course grade .` here (or "
+             "`--chapters NAME` for one chapter). Each function keeps its signature and docstring in the handout: "
+             "the docstring is the specification, and its body raises `NotImplementedError` until you write it. "
+             "Every graded test is worth one point, and counts only when all its cases pass; the tests are the "
+             "project's own, every one of them run (`-m \"\"`: the slow-marked ones too). Each chapter also has a "
+             "written deliverable: a measurement you make with a tinyspec command on your machine and a paragraph "
+             "that explains it by the cost model and roofline of the walkthrough (hand in the command, its output "
+             "as a table or plot, and the paragraph).\n\n",
+             f"Chapters handed out: {', '.join(chapters)}; about {total} hours in all.\n"]
+    for c in chapters:
+        ch = CHAPTERS[c]
+        lines.append(f"\n## {c} (walkthrough chapter {ch.walkthrough}; about {ch.hours} hours)\n\n")
+        lines.append("### What to build\n\n")
         for f in ch.functions:
             file, qualname = f.split(":")
-            by_file.setdefault(file, []).append(qualname)
-        functions = ", ".join(f"`{file}: {names[0]}`" + "".join(f", `{n}`" for n in names[1:])
-                              for file, names in by_file.items())
-        rows.append(f"| `{c}` | {ch.walkthrough.split()[0]} | {functions} | {len(ch.tests)} |")
-    return "\n".join(rows) + "\n"
+            lines.append(f"- `tinyspec/{file}`: `{signature(root, f)}`: see its docstring\n")
+        lines.append(f"\n### How it is graded\n\n{len(ch.tests)} tests, a point each "
+                     f"(`python -m tinyspec course grade . --chapters {c}`):\n\n")
+        for t in ch.tests:
+            note = f" ({STATISTICAL})" if statistical(root, t) else ""
+            lines.append(f"- `{t}`{note}\n")
+        if ch.needs:
+            lines.append(f"\nThese tests also run the code of: {', '.join(ch.needs)} (the project's own unless "
+                         f"you were handed those chapters too).\n")
+        lines.append(f"\n### Written deliverable\n\n{ch.deliverable}\n")
+    return "".join(lines)
 
 
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
@@ -176,15 +141,7 @@ def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
                 path = staging / "tinyspec" / file
                 path.write_text(stub_out(path.read_text(), c, qualnames))
                 stubbed[f"tinyspec/{file}"] = stubbed.get(f"tinyspec/{file}", 0) + len(qualnames)
-        lines = ["# Grading\n", "Write the functions named below (each docstring says what it must do), then run "
-                 "`python -m tinyspec course grade .` here. Each chapter is graded by these tests:\n"]
-        for c in chapters:
-            lines.append(f"\n## {c} (walkthrough chapter {CHAPTERS[c].walkthrough})\n\n")
-            lines += [f"- write `tinyspec/{f.replace(':', '`: `')}`\n" for f in CHAPTERS[c].functions]
-            lines += [f"- graded by `{t}`\n" for t in CHAPTERS[c].tests]
-            if CHAPTERS[c].needs:
-                lines.append(f"- these tests also run the code of: {', '.join(CHAPTERS[c].needs)}\n")
-        (staging / "GRADING.md").write_text("".join(lines))
+        (staging / "GRADING.md").write_text(grading_md(chapters, staging))
         (staging / MANIFEST).write_text(json.dumps({"chapters": chapters}) + "\n")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         if out_dir.exists():
@@ -251,7 +208,8 @@ def main(argv=None) -> None:
     if args.verb == "list":
         for c, ch in CHAPTERS.items():
             needs = f"; its tests also run {', '.join(ch.needs)}" if ch.needs else ""
-            print(f"{c:12s} walkthrough {ch.walkthrough}: write {', '.join(ch.functions)}; {len(ch.tests)} tests{needs}")
+            print(f"{c:12s} walkthrough {ch.walkthrough}: write {', '.join(ch.functions)}; {len(ch.tests)} tests{needs}; "
+                  f"about {ch.hours} h")
         return
     if args.verb == "grade":
         directory = Path(args.directory)

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from .data import TokenFile
 from ..kvcache import KVCache
 from ..methods.medusa import MedusaHeads
+from ..methods.parallel import ParallelHead
 from ..model import GPT, causal_mask
 from .optim import lr_at, make_optimizer
 from ..sampling import probs, sample
@@ -149,13 +150,70 @@ def target_features(model: GPT, sequences: np.ndarray, batch: int = 16) -> torch
                       for i in range(0, len(sequences), batch)])
 
 
+def unrolled_loss(model: GPT, head, f: torch.Tensor, x: torch.Tensor, depth: int, anchors: int, noise: float, w: float,
+                  g: torch.Generator) -> tuple[torch.Tensor, list[tuple[float, float]]]:
+    """The head's loss at draft depths 1..`depth`, each on the inputs it reads when decoding.
+
+    Depth 1 is EAGLE's: every pair (f_i + u, t_{i+1}) -> f_{i+1}, u ~ U(-noise, noise).
+    - EAGLE's head, depth d > 1: a pass over `anchors` random positions j whose input is the pair
+      (f^_{j+d-1}, t_{j+d}) of its OWN prediction one depth up (training-time test, HASS: Zhang et
+      al. 2024, arXiv:2408.15766; EAGLE-3), seeing the true pairs 0..j and its own rows of passes
+      2..d (`own_chains`); it learns f_{j+d}.
+    - The parallel head: its Medusa heads read depth 1's f^_{j+1} at the anchors, as when
+      decoding, with Medusa's loss (soft labels, the target's own distributions; weights 0.8^i).
+    f (B, T, C) the target's features, x (B, T) the tokens. Returns the summed loss and
+    (SmoothL1, CE) per depth (SmoothL1 0 where there is none)."""
+    B, T, C = f.shape
+    n, device = T - 1, f.device
+    u = (torch.rand(f[:, :-1].shape, generator=g) * 2 - 1).to(device) * noise
+    inputs = [head.embed(f[:, :-1] + u, x[:, 1:], model.transformer.wte)]  # pass 1: pair i = (f_i + u, t_{i+1})
+    out = head.run(inputs[0])  # (B, n, C): f^_{i+1}
+    loss, regression, ce = eagle_loss(out, f[:, 1:], model.lm_head, w)
+    parts = [(regression, ce)]
+    if depth == 1:
+        return loss, parts
+    j = torch.randperm(T - depth, generator=g)[:anchors].sort().values.to(device)  # j + depth <= T - 1
+    if isinstance(head, ParallelHead):  # Medusa's heads on f^_{j+1}, head i guessing t_{j+2+i} (target at j+1+i)
+        for i, block in enumerate(head.ahead.blocks[:depth - 1], start=1):
+            p = torch.softmax(model.lm_head(f[:, j + 1 + i]).float(), -1)
+            ce = -(p * F.log_softmax(model.lm_head(block(out[:, j])).float(), -1)).sum(-1).mean()
+            loss, parts = loss + 0.8 ** i * ce, parts + [(0.0, float(ce.detach()))]
+    else:
+        for d, f_hat in enumerate(own_chains(head, inputs[0], out, x, j, depth, model.transformer.wte), start=2):
+            more, regression, ce = eagle_loss(f_hat, f[:, j + d], model.lm_head, w)
+            loss, parts = loss + more, parts + [(regression, ce)]
+    return loss, parts
+
+
+def own_chains(head, pairs: torch.Tensor, out: torch.Tensor, x: torch.Tensor, j: torch.Tensor, depth: int, wte):
+    """EAGLE's head drafting on its own predictions, as a chain below each anchor j, for training:
+    [f^ at depth d (B, A, C) for d = 2..depth]. Depth d's row reads (f^_{j+d-1}, t_{j+d}) and sees
+    the true pairs 0..j and its own rows of depths 2..d, as a node d deep in a draft does.
+    pairs (B, n, C): the embedded true pairs; out (B, n, C): the head's f^ on them."""
+    n, A, device = pairs.shape[1], j.numel(), pairs.device
+    inputs, mask = [pairs], causal_mask(n, device)
+    seen = torch.arange(n, device=device)[None, :] <= j[:, None]  # (A, n): the true pairs 0..j
+    for d in range(2, depth + 1):
+        above = out[:, n + (d - 3) * A:] if d > 2 else out[:, j]  # (B, A, C): f^_{j+d-1}
+        inputs.append(head.embed(above, x[:, j + d], wte))
+        own = torch.zeros(A, mask.shape[1] + A, dtype=torch.bool, device=device)
+        own[:, :n] = seen
+        for e in range(d - 1):  # its own rows of depths 2..d
+            own[:, n + e * A: n + (e + 1) * A] = torch.eye(A, dtype=torch.bool, device=device)
+        mask = torch.cat([torch.cat([mask, mask.new_zeros(mask.shape[0], A)], 1), own])
+        out = head.run(torch.cat(inputs, 1), None, mask)
+    return [out[:, n + (d - 2) * A: n + (d - 1) * A] for d in range(2, depth + 1)]
+
+
 def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor, steps: int, batch: int, lr: float,
                 noise: float = 0.1, w: float = 0.1, seed: int = 0, progress: bool = True, resume=None,
-                checkpoint=None, every: int = 100) -> list[dict]:
+                checkpoint=None, every: int = 100, depth: int = 1, anchors: int = 64) -> list[dict]:
     """EAGLE's training on self-distilled text (the target frozen): each step, `batch` random
     sequences, every pair (f_i + u, t_{i+1}) -> f_{i+1} with u ~ U(-noise, noise) per element: at
     decoding time the head reads its own, imperfect, predictions, and noisy inputs teach it to
-    tolerate them (Li et al. 2024). Returns the curve: mean losses every `every` steps.
+    tolerate them (Li et al. 2024). depth > 1: it reads them in training too, at `anchors`
+    positions per sequence (`unrolled_loss`); the parallel head trains its blanks the same way.
+    Returns the curve: mean losses every `every` steps (SmoothL1 and CE of depth 1, and CE per depth).
 
     resume(opt, generator) -> (step, curve): restores a checkpoint; checkpoint(step, opt,
     generator, curve) saves one, every `every` steps and at the end."""
@@ -165,25 +223,25 @@ def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor,
     g = torch.Generator().manual_seed(seed)  # rows and noise: its state is the data sampler's
     step, curve = resume(opt, g) if resume else (0, [])
     tokens = torch.from_numpy(sequences.astype(np.int64))
-    wte = model.transformer.wte
-    bar = tqdm(range(step, steps), desc="training the EAGLE head", disable=not progress, initial=step, total=steps)
+    bar = tqdm(range(step, steps), desc=f"training the {type(head).__name__}", disable=not progress, initial=step,
+               total=steps)
     sums = []
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, max(1, steps // 20))
         rows = torch.randint(len(sequences), (batch,), generator=g)
-        f, x = features[rows], tokens[rows].to(device)  # (B, T, C), (B, T)
-        u = (torch.rand(f[:, :-1].shape, generator=g) * 2 - 1).to(device) * noise
-        f_hat = head(f[:, :-1] + u, x[:, 1:], wte)  # pair i = (f_i + u, t_{i+1}) -> f^_{i+1}
-        loss, regression, ce = eagle_loss(f_hat, f[:, 1:], model.lm_head, w)
+        loss, parts = unrolled_loss(model, head, features[rows], tokens[rows].to(device), depth, anchors, noise, w, g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        sums.append((regression, ce))
-        bar.set_postfix(smooth_l1=f"{regression:.3f}", ce=f"{ce:.2f}")
+        sums.append(parts)
+        bar.set_postfix(smooth_l1=f"{parts[0][0]:.3f}", ce=f"{parts[0][1]:.2f}")
         if (step + 1) % every == 0 or step + 1 == steps:
-            curve.append({"step": step + 1, "smooth_l1": round(float(np.mean([s[0] for s in sums])), 4),
-                          "ce": round(float(np.mean([s[1] for s in sums])), 4)})
+            point = {"step": step + 1, "smooth_l1": round(float(np.mean([s[0][0] for s in sums])), 4),
+                     "ce": round(float(np.mean([s[0][1] for s in sums])), 4)}
+            if depth > 1:
+                point["ce_per_depth"] = [round(float(np.mean([s[d][1] for s in sums])), 4) for d in range(depth)]
+            curve.append(point)
             sums = []
             if checkpoint:
                 checkpoint(step + 1, opt, g, curve)
@@ -199,7 +257,8 @@ def eagle_accuracy(model: GPT, head, sequences: np.ndarray, prompt_len: int, dep
 
     Row j of pass 1 reads the true pairs 0..j and predicts f^_{j+1}; row j of pass d reads the
     same true pairs, its own rows of passes 2..d-1, and (f^_{j+d-1}, t_{j+d}): exactly what a
-    node d deep in a draft tree sees when the root is t_{j+1}."""
+    node d deep in a draft tree sees when the root is t_{j+1}. The parallel head's depth d is its
+    Medusa head d - 1 on pass 1's f^_{j+1}."""
     device = model.lm_head.weight.device
     hits, count = torch.zeros(depth), torch.zeros(depth)
     for start in range(0, len(sequences), batch):
@@ -211,13 +270,14 @@ def eagle_accuracy(model: GPT, head, sequences: np.ndarray, prompt_len: int, dep
         cache = KVCache(1, head.config.n_head, head.config.n_embd // head.config.n_head, n * depth, B, device, f.dtype)
         eye = torch.eye(n, dtype=torch.bool, device=device)
         f_hat = head(f[:, :-1], x[:, 1:], model.transformer.wte, cache)  # pass 1: f^_{j+1}
+        ahead = head.features_ahead(f_hat, depth) if isinstance(head, ParallelHead) else None
         mask = causal_mask(n, device)  # the true pairs 0..j
         for d in range(1, depth + 1):
             rows = torch.arange(max(0, prompt_len - 1), T - d, device=device)  # j with a label t_{j+d+1}
-            guess = model.lm_head(f_hat[:, rows]).argmax(-1)
+            guess = model.lm_head((f_hat if ahead is None else ahead[d - 1])[:, rows]).argmax(-1)
             hits[d - 1] += (guess == greedy[:, rows + d]).sum().cpu()
             count[d - 1] += guess.numel()
-            if d < depth:  # pass d + 1: (f^_{j+d}, t_{j+d+1}), seeing the true pairs, its own chain and itself
+            if d < depth and ahead is None:  # pass d + 1: (f^_{j+d}, t_{j+d+1}), seeing the true pairs, its own chain and itself
                 mask = torch.cat([mask, eye], 1)
                 nxt = torch.cat([x[:, d + 1:], x.new_zeros(B, d)], 1)  # t_{j+d+1}, padded past the end
                 f_hat = head(f_hat, nxt, model.transformer.wte, cache, mask)

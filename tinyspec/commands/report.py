@@ -37,7 +37,7 @@ from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, pic
 from ..files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
-FULL_METHODS = "ar,draft:4,draft:4@block,medusa:16,medusa:16@pointmass,medusa:32,eagle,lookup,rest,draft:auto,medusa:auto,eagle:auto"
+FULL_METHODS = "ar,draft:4,draft:4@block,medusa:16,medusa:16@pointmass,medusa:32,eagle,parallel,lookup,rest,draft:auto,medusa:auto,eagle:auto,parallel:auto"
 QUICK_METHODS = "ar,draft:2,medusa:8"
 
 

@@ -1,5 +1,5 @@
-"""Training: `python -m tinyspec train tokenizer|gpt|medusa|eagle ...`: a BPE tokenizer, a GPT (a target, or
-a draft distilled from one), Medusa heads or an EAGLE draft head.
+"""Training: `python -m tinyspec train tokenizer|gpt|medusa|eagle|parallel ...`: a BPE tokenizer, a GPT (a
+target, or a draft distilled from one), Medusa heads, an EAGLE draft head or a parallel feature head.
 
     python -m tinyspec train tokenizer                 # BPE merges -> runs/tokenizer/tokenizer.tiktoken
     python -m tinyspec train gpt --preset tiny --steps 50 --run-dir runs/tiny
@@ -7,6 +7,7 @@ a draft distilled from one), Medusa heads or an EAGLE draft head.
     python -m tinyspec train gpt --preset draft --distill-from weights/target.safetensors
     python -m tinyspec train medusa                    # heads for the shipped target -> runs/medusa/medusa.safetensors
     python -m tinyspec train eagle                     # an EAGLE draft head -> runs/eagle/eagle.safetensors
+    python -m tinyspec train parallel                  # a parallel feature head -> runs/parallel/parallel.safetensors
 
 Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
 only replaced with --force.
@@ -226,7 +227,7 @@ def write_card(path: Path, args, config, model, meta, history, device, seconds: 
     best = min(history, key=lambda h: h["val_loss"]) if history else last
     kept = f"- kept: the weights of step {best['step']}, the best validation loss ({best['val_loss']:.3f}; --keep-best)\n" \
         if args.keep_best else ""
-    flags = " ".join(a for a in sys.argv[1:] if a != "--resume")
+    flags = " ".join(a for a in args.argv if a != "--resume")
     curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | "
                       f"{h['val_packages']:.3f} |" if "val_packages" in h else
                       f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | - |" for h in history)
@@ -325,6 +326,23 @@ def build_parser() -> argparse.ArgumentParser:
                            "python -m tinyspec train eagle                           # reuses train medusa's sequences",
                            "python -m tinyspec train eagle --steps 800 --resume      # continue an interrupted run"))
     add_self_distill_args(e, sequences=1024, run_dir="runs/eagle")
+    add_feature_head_args(e, "runs/eagle/eagle.safetensors", depth=1)
+    par = sub.add_parser("parallel", help="train a parallel feature head (EAGLE's, drafting a block in one forward)",
+                         formatter_class=HelpFormatter, epilog=examples(
+                             "python -m tinyspec train parallel      # from the shipped EAGLE head, reusing its sequences",
+                             "python -m tinyspec train parallel --init-from none --steps 800   # from random weights"))
+    add_self_distill_args(par, sequences=1024, run_dir="runs/eagle")
+    add_feature_head_args(par, "runs/parallel/parallel.safetensors", depth=5)
+    par.add_argument("--heads-from", default=str(WEIGHTS / "medusa.safetensors"), help="start the depth heads from "
+                     "these Medusa heads ('none': new ones), with --init-from an EAGLE head")
+    par.add_argument("--keep-eagle", action="store_true", help="train the Medusa heads only: depth 1 stays the "
+                     "EAGLE head's own guess")
+    par.set_defaults(init_from=str(WEIGHTS / "eagle.safetensors"))
+    return ap
+
+
+def add_feature_head_args(e, out: str, depth: int) -> None:
+    """The flags of a head on the target's features (eagle, parallel)."""
     e.add_argument("--steps", type=int, default=800, help="optimizer steps")
     e.add_argument("--batch-size", type=int, default=8, help="sequences per step")
     e.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
@@ -334,9 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir/checkpoints")
     e.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved head")
     e.add_argument("--medusa-run-dir", default="runs/medusa", help="reuse self-distilled data cached here")
-    e.add_argument("--out", default="runs/eagle/eagle.safetensors", help="the head; a .md card goes beside "
-                   "(copy both to weights/ to ship them)")
-    return ap
+    e.add_argument("--depth", type=int, default=depth, help="train draft depths 1..N, each on what it reads when "
+                   "decoding (EAGLE: its own predicted features, training-time test; parallel: its blanks; the "
+                   "parallel head drafts N deep)")
+    e.add_argument("--anchors", type=int, default=64, help="positions per sequence that depths 2..N train at")
+    e.add_argument("--init-from", help="start from this head (an EAGLE head for either; 'none': random weights)")
+    e.add_argument("--out", default=out, help="the head; a .md card goes beside (copy both to weights/ to ship them)")
 
 
 def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
@@ -361,8 +382,9 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the card's "Reproduce" line: what followed `train`
     for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences",
-                 "gen_len", "prompt_len", "gen_batch", "window", "checkpoint_every"):
+                 "gen_len", "prompt_len", "gen_batch", "window", "checkpoint_every", "depth", "anchors"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
             die(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if getattr(args, "warmup", 0) < 0:
@@ -371,7 +393,8 @@ def main(argv=None) -> None:
         if getattr(args, name, None) is not None and not getattr(args, name) > 0:
             die(f"--{name.replace('_', '-')} must be more than 0, got {getattr(args, name)}")
     try:
-        {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa, "eagle": train_eagle}[args.what](args)
+        {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa, "eagle": train_eagle,
+         "parallel": train_eagle}[args.what](args)
     except (FileNotFoundError, ValueError) as e:
         die(str(e))
 

@@ -1,4 +1,4 @@
-"""Training heads on a frozen target (`python -m tinyspec train medusa|eagle`): the target writes
+"""Training heads on a frozen target (`python -m tinyspec train medusa|eagle|parallel`): the target writes
 its own text (self-distillation, `distill.self_distill`), cached once per target and shape, the
 heads learn from it (`distill.train_heads`, `distill.train_eagle`), and a model card beside the
 weights records the data, the curve and the held-out accuracy.
@@ -7,7 +7,6 @@ weights records the data, the curve and the held-out accuracy.
 from __future__ import annotations
 
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from .cli import check_destination, check_output, die, pick_device, set_threads,
 from ..results import run
 from ..decoding import Decoder
 from ..methods.eagle import Eagle, EagleHead
-from ..files import atomic_write_text
+from ..methods.parallel import Parallel, ParallelHead
+from ..files import atomic_write_text, read_tensors
 from ..methods.medusa import MedusaHeads
 from ..model import GPT
 from ..sampling import Sampling
@@ -100,7 +100,7 @@ they promise if heads were right independently (1 + expected accepted nodes):
 |---|---|---|
 {sizes}
 
-Reproduce: `python -m tinyspec train {' '.join(sys.argv[1:])}`
+Reproduce: `python -m tinyspec train {' '.join(args.argv)}`
 """)
     print(f"saved {out} and its card {out.with_suffix('.md')}; top-1 accuracy per head: {[round(a, 3) for a in acc[:, 0].tolist()]}")
 
@@ -119,11 +119,25 @@ def train_eagle(args) -> None:
     features = distill.target_features(target, train_seqs)
     data_minutes = (time.time() - t0) / 60
     torch.manual_seed(args.seed)
-    head = EagleHead.for_target(target)
+    kind = ParallelHead if args.what == "parallel" else EagleHead
+    if args.init_from == "none":
+        args.init_from = None
+    if getattr(args, "heads_from", None) == "none":
+        args.heads_from = None
+    if args.what == "parallel" and args.depth < 2:
+        die("--depth: the parallel head drafts at least 2 deep (the last pair and a blank)")
+    head = kind.for_target(target) if args.init_from is None else start_from(args.init_from, kind, target, device, args.depth,
+                                                                                getattr(args, "heads_from", None))
+    if getattr(args, "keep_eagle", False):  # depth 1 stays the EAGLE head's: only the Medusa heads learn
+        head.fc.requires_grad_(False)
+        head.block.requires_grad_(False)
+    if kind is ParallelHead and head.block_size != args.depth:
+        die(f"--depth {args.depth}: --init-from {args.init_from} drafts {head.block_size} deep; give --depth "
+            f"{head.block_size} or start from an EAGLE head")
     seconds = {"before": 0.0, "start": time.time()}
 
     def resume(opt, g):
-        state = load_checkpoint(latest_checkpoint(ckpt_dir), head, opt, g, device, read=lambda p: EagleHead.load(p).state_dict())
+        state = load_checkpoint(latest_checkpoint(ckpt_dir), head, opt, g, device, read=lambda p: kind.load(p).state_dict())
         if state["args"]["steps"] != args.steps or state["args"]["batch_size"] != args.batch_size:
             die(f"--resume: the checkpoint in {ckpt_dir} is of another --steps/--batch-size; drop --resume or change --run-dir")
         seconds["before"] = state["train_seconds"]
@@ -136,51 +150,70 @@ def train_eagle(args) -> None:
 
     curve = distill.train_eagle(target, head, train_seqs, features, args.steps, args.batch_size, args.lr, args.noise,
                                 args.ce_weight, args.seed, resume=resume if args.resume else None, checkpoint=checkpoint,
-                                every=args.checkpoint_every)
+                                every=args.checkpoint_every, depth=args.depth, anchors=args.anchors)
     train_minutes = (seconds["before"] + time.time() - seconds["start"]) / 60
     out = Path(args.out)
     head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
-    head = EagleHead.load(out, device)  # measured as shipped (rounded to --save-dtype)
+    head = kind.load(out, device)  # measured as shipped (rounded to --save-dtype)
     print(f"measuring the saved head's top-1 accuracy per depth on {len(heldout)} held-out sequences ...", flush=True)
-    head.accuracy = distill.eagle_accuracy(target, head, heldout, args.prompt_len)
+    head.accuracy = distill.eagle_accuracy(target, head, heldout, args.prompt_len,
+                                           head.block_size if kind is ParallelHead else 5)
     head.save(out, torch.bfloat16 if args.save_dtype == "bfloat16" else None)
-    print(f"decoding {min(16, len(heldout))} held-out prompts with EAGLE's default tree for the card's tau ...", flush=True)
-    tau = held_out_tau(target, head, heldout, args.prompt_len)
+    method, size = (Parallel, f"1,{head.block_size},{head.block_size}") if kind is ParallelHead else (Eagle, CARD_SIZE)
+    print(f"decoding {min(16, len(heldout))} held-out prompts with {method.name} at size {size} for the card's tau ...",
+          flush=True)
+    tau = held_out_tau(target, method(target, head), size, heldout, args.prompt_len)
     where = f"CPU ({platform.machine()}, {torch.get_num_threads()} thread(s))" if device.type == "cpu" else torch.cuda.get_device_name(device)
     acc = head.accuracy
     chain = [1.0]
     for a in acc:
         chain.append(chain[-1] * a)
-    rows = "\n".join(f"| {c['step']} | {c['smooth_l1']:.4f} | {c['ce']:.3f} |" for c in curve)
+    rows = "\n".join(f"| {c['step']} | {c['smooth_l1']:.4f} | {c['ce']:.3f} | "
+                     f"{' / '.join(f'{x:.2f}' for x in c.get('ce_per_depth', [c['ce']]))} |" for c in curve)
+    what = (f"parallel feature head (EAGLE's fc 2C -> C and one GPT-2 block, {head.block_size - 1} Medusa heads on its "
+            f"predicted feature: one forward drafts {head.block_size} tokens" if kind is ParallelHead else
+            "EAGLE draft head (fc 2C -> C, one GPT-2 block")
+    started = f"started from `{shown(args.init_from)}`" if args.init_from else "started from random weights"
+    if kind is ParallelHead and args.init_from:
+        started += f" and `{shown(args.heads_from)}`" if args.heads_from else " and new Medusa heads"
+    if getattr(args, "keep_eagle", False):
+        started += " (the EAGLE head kept as it was: only the Medusa heads trained)"
+    parallel = kind is ParallelHead  # its heads do not read the tokens above them: a chain's chance is no product
+    chain_text = "" if parallel else ", and the chance that a chain of top-1 guesses is\naccepted that far (their product)"
+    chain_row = "" if parallel else f"| chain accepted | {' | '.join(f'{c:.3f}' for c in chain[1:])} |\n"
+    depth_reads = ("Medusa head d - 1 on depth 1's predicted feature" if kind is ParallelHead else
+                   "d - 1 of the head's own predicted features")
+    reads = "depth 1's predicted feature" if kind is ParallelHead else "the head's own predicted features"
+    where_trained = "every position" if kind is ParallelHead else f"{args.anchors} positions per sequence"
+    unrolled = (f"; depths 2..{args.depth} trained on what they read when decoding ({reads}) at {where_trained}"
+                if args.depth > 1 else "")
     atomic_write_text(out.with_suffix(".md"), f"""# {out.stem}
 
-- EAGLE draft head (fc 2C -> C, one GPT-2 block; the target's frozen embedding and LM head) for
+- {what}; the target's frozen embedding and LM head) for
   `{shown(args.target)}` (fingerprint {head.target_fingerprint}; loading it on another target is refused);
   {sum(p.numel() for p in head.parameters()):,} parameters, stored as {args.save_dtype}
 - data: {len(train_seqs)} self-distilled sequences ({args.prompt_len}-token prompts from the stdlib train split, {args.gen_len}
   tokens generated by the target, half greedy, half at temperature 1): {train_seqs.size / 1e6:.2f}M tokens; generating
   them and the target's features took {data_minutes:.1f} minutes (less when cached)
 - training: {args.steps} steps of {args.batch_size} sequences (every pair), AdamW lr {args.lr}, loss SmoothL1(features)
-  + {args.ce_weight} x CE(target's distribution), input noise U(-{args.noise}, {args.noise}); {train_minutes:.1f} minutes on {where}
+  + {args.ce_weight} x CE(target's distribution) per depth, input noise U(-{args.noise}, {args.noise}){unrolled}; {started};
+  {train_minutes:.1f} minutes on {where}
 - held-out: {len(heldout)} greedy continuations of validation-split prompts
 
-| step | SmoothL1 (mean since last row) | cross-entropy |
-|---|---|---|
+| step | SmoothL1 (mean since last row) | cross-entropy | cross-entropy per depth |
+|---|---|---|---|
 {rows}
 
-Held-out top-1 accuracy per draft depth (depth d reads d - 1 of the head's own predicted
-features; the tokens before it are the target's), and the chance that a chain of top-1 guesses is
-accepted that far (their product):
+Held-out top-1 accuracy per draft depth (depth d reads {depth_reads}; the tokens before it are the target's){chain_text}:
 
 | depth | {' | '.join(str(d + 1) for d in range(len(acc)))} |
 |---|{'---|' * len(acc)}
 | top-1 accuracy | {' | '.join(f'{a:.3f}' for a in acc)} |
-| chain accepted | {' | '.join(f'{c:.3f}' for c in chain[1:])} |
-
+{chain_row}
 Greedy decoding of the held-out prompts (first {args.prompt_len} tokens of each, 64 new tokens, EAGLE-2's
-tree of size {CARD_SIZE} (TOPK,DEPTH,NODES)): tau = {tau:.2f} tokens per target forward (bonus token included).
+tree of size {size} (TOPK,DEPTH,NODES)): tau = {tau:.2f} tokens per target forward (bonus token included).
 
-Reproduce: `python -m tinyspec train {' '.join(a for a in sys.argv[1:] if a != '--resume')}`
+Reproduce: `python -m tinyspec train {' '.join(a for a in args.argv if a != '--resume')}`
 """)
     print(f"saved {out} and its card {out.with_suffix('.md')}; accuracy per depth {[round(a, 3) for a in acc]}, tau {tau:.2f}")
 
@@ -188,11 +221,35 @@ Reproduce: `python -m tinyspec train {' '.join(a for a in sys.argv[1:] if a != '
 CARD_SIZE = "2,6,16"  # the tree the card's tau is measured with (the same for every head, so cards compare)
 
 
+def start_from(path: str, kind: type, target: GPT, device, depth: int, heads_from: str | None) -> EagleHead:
+    """A head of `kind` that starts from the head saved at `path`; a parallel head `depth` deep
+    from an EAGLE head (its fc and block) and the Medusa heads at `heads_from` (or new ones)."""
+    if not Path(path).is_file():
+        die(f"--init-from {path} not found: train an EAGLE head first (python -m tinyspec train eagle), or give "
+            "--init-from none")
+    parallel = any(name.startswith("ahead.") for name in read_tensors(path)[1])
+    loaded = (ParallelHead if parallel else EagleHead).load(path, device)
+    if loaded.target_fingerprint and loaded.target_fingerprint != target.fingerprint():
+        die(f"--init-from {path} was trained for a different target model")
+    if parallel and kind is EagleHead:
+        die(f"--init-from {path} holds a parallel head: start an EAGLE head from an EAGLE head")
+    head = loaded
+    if kind is ParallelHead and not parallel:
+        medusa = None
+        if heads_from is not None:
+            medusa = MedusaHeads.load(heads_from, device, torch.float32)
+            if medusa.n_heads < depth - 1:
+                die(f"--heads-from {heads_from} has {medusa.n_heads} heads; --depth {depth} needs {depth - 1}")
+        head = ParallelHead.from_heads(loaded, medusa, depth)
+    head.target_fingerprint = target.fingerprint()
+    return head.train()
+
+
 @torch.no_grad()
-def held_out_tau(target: GPT, head: EagleHead, sequences: np.ndarray, prompt_len: int, n: int = 16) -> float:
-    """Tokens per target forward of greedy EAGLE decoding (a tree of CARD_SIZE) on held-out prompts."""
+def held_out_tau(target: GPT, method, size: str, sequences: np.ndarray, prompt_len: int, n: int = 16) -> float:
+    """Tokens per target forward of greedy decoding with `method` (an EAGLE-like head) at `size` on held-out prompts."""
     tokens = steps = 0
-    decoder = Decoder(target, Eagle(target, head), CARD_SIZE)
+    decoder = Decoder(target, method, size)
     for seq in sequences[:n]:
         res = run(decoder.steps(seq[:prompt_len].tolist(), Sampling(0.0), None), 64)
         tokens, steps = tokens + len(res.token_ids), steps + res.target_steps

@@ -69,10 +69,17 @@ class EagleHead(nn.Module):
         """features (B, T, C), the target's (or the head's own predicted) f_i; tokens (B, T), t_{i+1}.
         Returns f^_{i+1} (B, T, C). cache: the head's one-layer KVCache (advanced by T); attn_mask
         (T, keys) as in `GPT.hidden`, default causal after the whole cached prefix."""
-        T = tokens.shape[1]
+        return self.run(self.embed(features, tokens, wte), cache, attn_mask)
+
+    def embed(self, features: torch.Tensor, tokens: torch.Tensor, wte: nn.Embedding) -> torch.Tensor:
+        """x_i = W [f_i ; e(t_{i+1})] + b (B, T, C): eq. 1, the block's input for pair i."""
+        return self.fc(torch.cat([features, wte(tokens)], dim=-1))
+
+    def run(self, x: torch.Tensor, cache: KVCache | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The block over inputs x (B, T, C), after what `cache` holds: f^ (B, T, C)."""
+        T = x.shape[1]
         if attn_mask is None and cache is not None and cache.length > 0 and T > 1:
-            attn_mask = prefix_mask(causal_mask(T, tokens.device), cache.length)
-        x = self.fc(torch.cat([features, wte(tokens)], dim=-1))  # (B, T, C): eq. 1's [f_i ; e(t_{i+1})] projected
+            attn_mask = prefix_mask(causal_mask(T, x.device), cache.length)
         x = self.block(x, 0, cache, self.attention, attn_mask)  # the reference attention: the head's masks are dense
         if cache is not None:
             cache.advance(T)
@@ -93,13 +100,18 @@ class EagleHead(nn.Module):
     def load(cls, path: str | Path, device="cpu", dtype=None) -> "EagleHead":
         meta, sd = read_tensors(path)
         try:
-            head = cls(GPTConfig(**json.loads(meta["config"])))
+            head = cls.shaped_for(GPTConfig(**json.loads(meta["config"])), sd)
             head.load_state_dict(sd)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:  # not our metadata, names or shapes
             raise ValueError(f"{path} is not an EAGLE head file ({e})") from None
         head.target_fingerprint = meta.get("target_fingerprint", "")
         head.accuracy = json.loads(meta["accuracy"]) if "accuracy" in meta else None
         return head.to(device=device, dtype=dtype or torch.float32).eval()
+
+    @classmethod
+    def shaped_for(cls, config: GPTConfig, tensors: dict) -> "EagleHead":
+        """A new head of the shape the saved `tensors` have."""
+        return cls(config)
 
     @classmethod
     def for_target(cls, target: GPT) -> "EagleHead":
