@@ -9,6 +9,7 @@ import torch
 from tinyspec.methods import METHODS
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.eagle import EagleHead
+from tinyspec.methods.parallel import ParallelHead
 from tinyspec.methods.medusa import MedusaHeads
 from tinyspec.methods.rest import Datastore
 from tinyspec.model import GPT
@@ -36,6 +37,9 @@ def weights_for(target, kind):
     if kind is EagleHead:
         torch.manual_seed(2)
         return EagleHead.for_target(target).eval()
+    if kind is ParallelHead:
+        from test_parallel import random_parallel
+        return random_parallel(target, 2, 2.0, block=5)  # as deep as every size of the class
     if kind is Datastore:  # a corpus of the target's own greedy continuations, so that lookups match
         docs = [generations(target, None, [[a, b]], n=24)[0].token_ids for a, b in ((1, 2), (3, 4), (5, 6))]
         return Datastore(np.array([t for doc in docs for t in doc + [63]]), eot=63)

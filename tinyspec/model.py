@@ -88,6 +88,12 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
     def forward(self, x, layer: int, cache, attend, mask):
+        """Multi-head self-attention over x (B, T, C): one product gives every head's q, k and v
+        (n_head heads of C / n_head), each (B, n_head, T, C / n_head); with a cache, this layer's k
+        and v are written after the cached prefix (`cache.update(layer, k, v)`) and the queries
+        attend over all of its keys. attend(q, k, v, mask) is the attention (`SDPA`): mask (T, keys),
+        True where a query may look, None for causal. The heads' outputs, side by side, go through
+        c_proj: (B, T, C)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)

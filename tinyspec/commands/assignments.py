@@ -35,7 +35,8 @@ CHAPTERS = {
                     "(V x C multiply-adds per token), what a larger vocabulary costs every forward and what it "
                     "saves (fewer tokens, so fewer forwards, per text)."),
     "model": Chapter(
-        "2 Model", ("model.py:causal_mask", "model.py:prefix_mask", "model.py:GPT.hidden"),
+        "2 Model", ("model.py:causal_mask", "model.py:prefix_mask", "model.py:CausalSelfAttention.forward",
+                    "model.py:GPT.hidden"),
         ("tests/test_model.py::test_logits_match_huggingface_gpt2",
          "tests/test_model.py::test_explicit_positions_match_huggingface_position_ids",
          "tests/test_model.py::test_roundtrip_through_huggingface",
