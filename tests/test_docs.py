@@ -114,6 +114,225 @@ def test_quick_command_runs(doc, argv, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.strip()
 
 
+# ---- 1b. the long commands, shrunk ----------------------------------------------------------------
+
+# Long commands that are only parsed, each with why it cannot run here. Every other long command
+# runs below on flags it already has, with the shown flags kept, or replaced where they set a size,
+# a place to write, or a placeholder.
+NOT_RUN = {
+    ("course",): "names the command in prose: it needs a verb (list, handout, grade, each shown and run)",
+    ("data", "third-party-prompts"): "downloads the held-out packages with pip (no network here, and the tests "
+                                     "download nothing) and rewrites tinyspec/prompts_third_party.jsonl, the shipped "
+                                     "prompts, with no flag to write elsewhere",
+    ("figures", "tour"): "runs every command of the README's tour (which test_quick_command_runs runs) as a fresh "
+                         "process, bench --quick among them: minutes, and no flag shrinks it",
+}
+AS_RECORDED = {  # a saved report's command as it was run, shown with the doc's own note on what changed since
+    "eagle:16@traversal": "walkthrough chapter 12: docs/bench.json's command, `eagle:16` since spelled 2,6,16 (the doc says so)",
+    "lookahead:3,3,2,auto": "walkthrough chapter 12: docs/batch.json's command, `auto` since spelled medusa:auto and "
+                            "`eagle:16` 2,6,16 (the doc says so)",
+}
+TOO_SLOW = {  # shown command (after `python -m tinyspec`) -> why it is only parsed: over ~20 s on one thread, shrunk
+    **dict.fromkeys(["train eagle", "train eagle --steps 800",
+                     "train eagle --steps 200 --run-dir runs/eagle-pos --out runs/eagle-pos/eagle.safetensors"],
+                    "a random head's card measures its tau on 16 held-out sequences of 64 tokens, which no flag "
+                    "shrinks: about 25 s; the same job from the shipped head (`train eagle --init-from ...`) runs"),
+    "bench --methods ar,draft,draft:auto,medusa,medusa:auto,eagle,eagle:auto,lookup,lookup:auto,lookahead,lookahead:auto,"
+    "rest,rest:auto --datastore ~/.cache/tinyspec/datastore.safetensors --temperatures 0,1 --max-new-tokens 96 --repeats 3 "
+    "--profile --remeasure --plot docs/figures/results --save docs/results.json":
+        "--remeasure sizes six methods at two temperatures before the first token: about 33 s at 4 tokens a prompt",
+}
+GPU_ONLY = {("bench", "kernels"): "times the Triton kernel on a CUDA GPU"}
+PLACEHOLDERS = {"FILE", "DIR"}  # a value the reader fills in: substituted with a real file or folder
+
+
+def long_key(argv) -> tuple:
+    """The command and its verb: ("train", "eagle"), ("bench", "report"), ("figures", "tour"), ("evaluate",)."""
+    command, args = argv[3] if len(argv) > 3 else "", argv[4:]
+    if command in ("train", "course", "data", "figures") or (command == "bench" and args[:1] in (["report"], ["kernels"])):
+        return (command, *args[:1]) if args and not args[0].startswith("-") else (command,)
+    return (command,)
+
+
+def with_value(args: list[str], flag: str, value: str) -> list[str]:
+    """args with flag's value replaced where it is given, else with `flag value` added."""
+    assert not any(a.startswith(flag + "=") for a in args), f"{flag}=VALUE: give it as two words"
+    if flag in args:
+        i = args.index(flag)
+        return args[:i + 1] + [value] + args[i + 2:]
+    return args + [flag, value]
+
+
+def with_flag(args: list[str], flag: str) -> list[str]:
+    return args if flag in args else args + [flag]
+
+
+def shrunk(argv) -> list[str] | None:
+    """A long command's arguments (after its module: `parser_and_args`) at smoke size, with {tmp} (the
+    test's folder), {corpus} (the tests' --stdlib-only corpus, conftest.corpus_dir) and {datastore} (a
+    small datastore) to fill in; shown flags stay as shown but for sizes, outputs and placeholders.
+    None where a command is allow-listed (NOT_RUN, TOO_SLOW, AS_RECORDED; GPU_ONLY and --cuda-graph without a GPU)."""
+    key, (_, args) = long_key(argv), parser_and_args(argv)
+    if key in NOT_RUN or as_recorded(argv):
+        return None
+    if ("--cuda-graph" in args or key in GPU_ONLY) and not torch.cuda.is_available():
+        return None
+    if key == ("bench", "kernels"):
+        return with_flag(with_value(with_value(args, "--lengths", "128"), "--trees", "16"), "--no-flex")
+    if key == ("bench", "report") and not args:  # named in prose; it runs as `bench report --out DIR` does
+        args = ["--out", "DIR"]
+    weights = {"--eagle": WEIGHTS / "eagle.safetensors", "--parallel": WEIGHTS / "parallel.safetensors"}
+    for flag, file in weights.items():  # `--eagle FILE`: the shipped file of that kind
+        if flag in args and args[args.index(flag) + 1] in PLACEHOLDERS:
+            args = with_value(args, flag, str(file))
+    if "--datastore" in args:  # ~/.cache/tinyspec/datastore*.safetensors, built by `data datastore`: a small one
+        args = with_value(args, "--datastore", "{datastore}")
+    command = key[0]
+    if command == "bench" and key == ("bench",):
+        size = ["--batch-prompts", "2"] if "--batch-sizes" in args else ["--prompts-per-category", "1"]
+        for flag, value in zip(["--max-new-tokens", "--repeats", "--categories", *size[::2]], ["4", "1", "code", *size[1::2]]):
+            args = with_value(args, flag, value)
+        args = with_flag(args, "--no-hf")
+        for flag in ("--save", "--plot"):
+            if flag in args:
+                args = with_value(args, flag, "{tmp}/" + flag[2:])
+    elif key == ("bench", "report"):
+        args = with_value(args, "--out", "{tmp}/report")
+        if torch.cuda.is_available():  # on a CPU the report is always its quick subset
+            args = with_flag(args, "--quick")
+    elif command == "evaluate":
+        for flag, value in (("--prompts-per-category", "1"), ("--max-new-tokens", "4"), ("--categories", "code"),
+                            ("--data-dir", "{corpus}")):
+            args = with_value(args, flag, value)
+        args = with_flag(args, "--stdlib-only")
+        if "--save" in args:
+            args = with_value(args, "--save", "{tmp}/evaluate.json")
+    elif command == "generate":
+        args = with_value(args, "--max-new-tokens", "2")
+    elif command == "data":
+        args = with_flag(with_value(args, "--data-dir", "{corpus}"), "--stdlib-only")  # the tests download nothing
+        if key == ("data", "datastore"):
+            args = with_value(with_value(args, "--tokens", "20000"), "--out", "{tmp}/datastore.safetensors")
+    elif key == ("train", "tokenizer"):
+        args = with_value(with_value(args, "--vocab-size", "260"), "--out", "{tmp}/tokenizer.tiktoken")
+    elif key == ("train", "gpt"):
+        if "--init-from" in args and not (ROOT / args[args.index("--init-from") + 1]).is_file():
+            args = with_value(args, "--init-from", str(WEIGHTS / "target.safetensors"))  # an earlier run's: the shipped one
+        for flag, value in (("--steps", "2"), ("--batch-size", "2"), ("--block-size", "32"), ("--eval-every", "1"),
+                            ("--eval-batches", "1"), ("--data-dir", "{corpus}"), ("--run-dir", "{tmp}/run"),
+                            ("--out", "{tmp}/run/final.safetensors")):
+            args = with_value(args, flag, value)
+        args = with_flag(args, "--stdlib-only")
+    elif command == "train":  # medusa, eagle, parallel: self-distilled data, then heads
+        for flag, value in (("--sequences", "8"), ("--gen-len", "8"), ("--prompt-len", "8"), ("--gen-batch", "8"),
+                            ("--steps", "2"), ("--batch-size", "2"), ("--data-dir", "{corpus}"), ("--run-dir", "{tmp}/run"),
+                            ("--out", "{tmp}/head.safetensors")):
+            args = with_value(args, flag, value)
+        if key == ("train", "medusa"):
+            args = with_value(args, "--window", "8")
+        else:
+            args = with_value(with_value(args, "--anchors", "4"), "--medusa-run-dir", "{tmp}/none")
+        args = with_flag(args, "--stdlib-only")
+    elif command == "figures":
+        args = with_value(args, "--out", "{tmp}/figures")
+    elif key == ("course", "grade"):
+        args = ["grade", "{tmp}/hw"] + args[2:]  # a handout made first (test_long_command_runs_shrunk)
+    left = [a for a in args if a in PLACEHOLDERS or a.startswith("~")]
+    assert not left, f"`{' '.join(argv)}`: {left} left to fill in"
+    return args
+
+
+def as_recorded(argv) -> str | None:
+    """Why a shown command is only parsed: too slow even shrunk (TOO_SLOW), or a saved report's
+    command as it was run (AS_RECORDED); None where it runs."""
+    if " ".join(argv[3:]) in TOO_SLOW:
+        return TOO_SLOW[" ".join(argv[3:])]
+    methods = argv[argv.index("--methods") + 1] if "--methods" in argv else ""
+    return next((why for spec, why in AS_RECORDED.items() if spec in methods.split(",") or f",{spec}" in methods), None)
+
+
+def long_commands():
+    """(argv, shrunk args) of each long command, once: shown commands that shrink to the same run
+    (the same options once parsed: `train eagle` and `train eagle --steps 800`) run once."""
+    first = {}
+    for _, argv in COMMANDS:
+        if not quick(argv):
+            args = shrunk(argv)
+            run = tuple(argv)
+            if args is not None:
+                module, _ = parser_and_args(argv)
+                try:
+                    run = (module.__name__, repr(sorted(vars(module.build_parser().parse_args(args)).items())))
+                except SystemExit:  # it does not parse: its test fails, with argparse's message
+                    pass
+            first.setdefault(run, (argv, args))
+    return list(first.values())
+
+
+def test_every_command_left_unrun_is_shown():
+    """The allow-lists name commands the docs show: one whose command is gone is dropped, not kept."""
+    shown = [argv for _, argv in COMMANDS if not quick(argv)]
+    assert set(NOT_RUN) <= {long_key(a) for a in shown}
+    assert all(any(as_recorded(a) == why for a in shown) for why in AS_RECORDED.values())
+    assert set(TOO_SLOW) <= {" ".join(a[3:]) for a in shown}
+
+
+@pytest.fixture(scope="module")
+def small_datastore(tmp_path_factory, corpus_dir, tinyspec_home):
+    """A datastore of 20,000 tokens for the commands shown with one of millions (`--datastore
+    ~/.cache/tinyspec/datastore_all.safetensors`), made by `data datastore` as a reader makes one."""
+    from tinyspec.commands import data
+    path = tmp_path_factory.mktemp("datastore") / "datastore.safetensors"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TINYSPEC_HOME", str(tinyspec_home))
+        mp.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
+        data.main(["datastore", "--tokens", "20000", "--stdlib-only", "--data-dir", str(corpus_dir), "--out", str(path)])
+    return path
+
+
+def checkout_files() -> dict:
+    """Every file of the checkout (caches aside) and when it last changed."""
+    return {p: p.stat().st_mtime_ns for p in ROOT.rglob("*")
+            if p.is_file() and not {".git", "__pycache__", ".pytest_cache", ".hypothesis"} & set(p.parts)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv,args", long_commands(), ids=lambda v: " ".join(v[3:])[:70] if v and v[0] == "python" else "-")
+def test_long_command_runs_shrunk(argv, args, tmp_path, corpus_dir, request, monkeypatch):
+    """Every long command shown runs, on its own flags at smoke size (`shrunk`), writing under tmp_path
+    alone: a flag that is gone, a method spec that errors or a command that fails fails here."""
+    key = long_key(argv)
+    if args is None:
+        if key in NOT_RUN or as_recorded(argv):
+            pytest.skip(f"only parsed: {NOT_RUN.get(key) or as_recorded(argv)}")
+        pytest.skip("needs a CUDA GPU")
+    module, _ = parser_and_args(argv)
+    fill = {"tmp": str(tmp_path), "corpus": str(corpus_dir)}
+    if "{datastore}" in args:
+        fill["datastore"] = str(request.getfixturevalue("small_datastore"))
+    args = [a.format(**fill) for a in args]
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(ROOT)  # the shown paths (tinyspec/prompts.jsonl, weights/...) are the checkout's
+    from tinyspec.speed import sizing  # a method at :auto or --remeasure is sized on 4 tokens a prompt, not
+    monkeypatch.setattr(sizing, "NEW_TOKENS", 4)  # conftest's 12: the plumbing is the same, at a third of the cost
+    if key[0] == "figures" and "tables" in args:  # it refills README.md and walkthrough.md in place: copies of them
+        from tinyspec.commands import figures
+        for doc in ("README.md", "walkthrough.md"):
+            (tmp_path / doc).write_text((ROOT / doc).read_text())
+        monkeypatch.setattr(figures, "ROOT", tmp_path)
+    before = checkout_files()
+    if key == ("course", "grade"):  # the handout it grades first: one chapter, its stubs fail their tests
+        from tinyspec.commands import course
+        course.main(["handout", str(tmp_path / "hw"), "--chapters", "sampling"])
+        with pytest.raises(SystemExit) as e:
+            module.main(args)
+        assert e.value.code == 1
+    else:
+        module.main(args)
+    after = checkout_files()
+    assert after == before, f"wrote into the checkout: {sorted(str(p) for p in set(after.items()) ^ set(before.items()))}"
+
+
 # ---- 2. names --------------------------------------------------------------------------------
 
 # Names the docs may use that are not tinyspec's: other libraries' modules and objects (their
