@@ -379,11 +379,13 @@ class Eagle(Proposer):
             if deepest > room[b]:  # the tree would pass the end of the context: a plain step
                 out.append(None)
                 continue
-            grown = (None, None, None) if static is not None else shape
-            tokens, tree, q = draft_tree(r.state.drafter, r.state.joined(), static, *grown, sampled, sampling,
-                                         r.generator)  # 0-1. the row's head catches up and drafts its tree
-            out.append(Proposal(tokens, tree, q))
+            out.append(Proposal(*self.draft_row(r, static, shape, sampled, sampling)))
         return out
+
+    def draft_row(self, r: Row, static: Tree | None, shape, sampled: bool, sampling: Sampling):
+        """Steps 0-1 for one row: its head catches up and drafts its tree. (tokens, tree, q)."""
+        grown = (None, None, None) if static is not None else shape
+        return draft_tree(r.state.drafter, r.state.joined(), static, *grown, sampled, sampling, r.generator)
 
     def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
         for r, prop, v in zip(rows, proposals, verified):

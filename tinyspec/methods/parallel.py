@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..decoding import STATIC_TREE, Proposal, Row, Weights
+from ..decoding import STATIC_TREE, Row, Weights
 from ..kvcache import KVCache
 from ..model import GPTConfig
 from ..sampling import Sampling
@@ -119,31 +119,24 @@ class Parallel(Eagle):
                              f"in {size!r}")
         return shape
 
-    def propose(self, rows: list[Row], shape, room: list[int], sampling: Sampling, sampled: bool) -> list:
-        static = shape if isinstance(shape, Tree) else None
+    def draft_row(self, r: Row, static: Tree | None, shape, sampled: bool, sampling: Sampling):
+        """ONE head forward gives the block's k distributions; the tree grows from them. (tokens, tree, q)."""
         deepest = static.max_depth if static is not None else shape[1]
-        out = []
-        for b, r in enumerate(rows):
-            if deepest > room[b]:  # the block would pass the end of the context: a plain step
-                out.append(None)
-                continue
-            drafter = r.state.drafter
-            features, tokens = r.state.joined()
-            logits = drafter.lm_head(self.head.draft(features, tokens, drafter.wte, drafter.cache, deepest))  # (depth, V)
+        drafter = r.state.drafter
+        features, tokens = r.state.joined()
+        logits = drafter.lm_head(self.head.draft(features, tokens, drafter.wte, drafter.cache, deepest))  # (depth, V)
 
-            def expand(node_ids, parents, _tokens):  # a node d deep: its children are drafted at depth d + 1
-                return logits[[node_depth(parents, i) for i in node_ids]]
-            if static is not None:
-                tokens, q = fill_static_tree(static, logits[0], expand, sampled, sampling, r.generator)
-                tree = static
-            else:
-                if sampled:
-                    parents, tokens, q = grow_sampled_tree(logits[0], expand, *shape, sampling, r.generator)
-                else:
-                    (parents, tokens), q = grow_tree(logits[0], expand, *shape), None
-                tree = Tree(tuple(parents)) if self.device.type == "cpu" else Tree(tuple(parents)).to(self.device)
-            out.append(Proposal(tokens, tree, q))
-        return out
+        def expand(node_ids, parents, _tokens):  # a node d deep: its children are drafted at depth d + 1
+            return logits[[node_depth(parents, i) for i in node_ids]]
+        if static is not None:
+            tokens, q = fill_static_tree(static, logits[0], expand, sampled, sampling, r.generator)
+            return tokens, static, q
+        if sampled:
+            parents, tokens, q = grow_sampled_tree(logits[0], expand, *shape, sampling, r.generator)
+        else:
+            (parents, tokens), q = grow_tree(logits[0], expand, *shape), None
+        tree = Tree(tuple(parents)) if self.device.type == "cpu" else Tree(tuple(parents)).to(self.device)
+        return tokens, tree, q
 
 
 def node_depth(parents, i: int) -> int:
