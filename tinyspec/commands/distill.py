@@ -212,7 +212,7 @@ def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor,
     sequences, every pair (f_i + u, t_{i+1}) -> f_{i+1} with u ~ U(-noise, noise) per element: at
     decoding time the head reads its own, imperfect, predictions, and noisy inputs teach it to
     tolerate them (Li et al. 2024). depth > 1: it reads them in training too, at `anchors`
-    positions per sequence (`unrolled_loss`); the parallel head trains its blanks the same way.
+    positions per sequence (`unrolled_loss`); the parallel head trains its Medusa heads on its own f^.
     Returns the curve: mean losses every `every` steps (SmoothL1 and CE of depth 1, and CE per depth).
 
     resume(opt, generator) -> (step, curve): restores a checkpoint; checkpoint(step, opt,

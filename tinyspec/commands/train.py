@@ -353,8 +353,8 @@ def add_feature_head_args(e, out: str, depth: int) -> None:
     e.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved head")
     e.add_argument("--medusa-run-dir", default="runs/medusa", help="reuse self-distilled data cached here")
     e.add_argument("--depth", type=int, default=depth, help="train draft depths 1..N, each on what it reads when "
-                   "decoding (EAGLE: its own predicted features, training-time test; parallel: its blanks; the "
-                   "parallel head drafts N deep)")
+                   "decoding (EAGLE: its own predicted features, training-time test; parallel: its Medusa heads on "
+                   "depth 1's feature; the parallel head drafts N deep)")
     e.add_argument("--anchors", type=int, default=64, help="positions per sequence that depths 2..N train at")
     e.add_argument("--init-from", help="start from this head (an EAGLE head for either; 'none': random weights)")
     e.add_argument("--out", default=out, help="the head; a .md card goes beside (copy both to weights/ to ship them)")

@@ -125,7 +125,7 @@ def train_eagle(args) -> None:
     if getattr(args, "heads_from", None) == "none":
         args.heads_from = None
     if args.what == "parallel" and args.depth < 2:
-        die("--depth: the parallel head drafts at least 2 deep (the last pair and a blank)")
+        die("--depth: the parallel head drafts at least 2 deep (EAGLE's guess and one Medusa head)")
     head = kind.for_target(target) if args.init_from is None else start_from(args.init_from, kind, target, device, args.depth,
                                                                                 getattr(args, "heads_from", None))
     if getattr(args, "keep_eagle", False):  # depth 1 stays the EAGLE head's: only the Medusa heads learn
