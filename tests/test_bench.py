@@ -127,12 +127,26 @@ def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
     if "rows" in report["kernels"]:  # the interpreter is on in the tests (conftest.py)
         row = report["kernels"]["rows"][0]
         assert {"L", "T", "triton_us", "sdpa_us", "flex_us", "bandwidth_fraction"} <= set(row)
-    methods = report["methods"]
-    assert {m["method"] for m in methods} == {"ar", "draft:2", "medusa:8"} and {m["path"] for m in methods} >= {"eager"}
-    for m in methods:
+    runs = {run["run"]: run for run in report["runs"]}
+    assert set(runs) == {"eager-float32", "eager-bfloat16", "hf-float32"} | (
+        {"graph-float32", "graph-bfloat16"} if torch.cuda.is_available() else set())
+    assert {m["method"] for m in runs["eager-float32"]["rows"]} == {"ar", "draft:2", "medusa:8"}
+    assert runs["eager-bfloat16"]["dtype"] == "bfloat16" and runs["eager-float32"]["sizing"]
+    for m in runs["eager-float32"]["rows"]:
         assert {"temperature", "category", "tau", "tokens_per_s", "speedup", "same_as_ar", "weights_GBps"} <= set(m)
-    assert {h["mode"] for h in report["hf"]} >= {"hf", "hf-assisted"}
-    assert all(h["tokens_per_s"] > 0 for h in report["hf"])
+    hf = runs["hf-float32"]["huggingface"]
+    assert {h["method"] for h in hf} == {"hf"} and all(h["tokens_per_s"] > 0 and h["same_as_tinyspec"] == 1 for h in hf)
+    assert "--save" not in runs["hf-float32"]["command"] and not report["left_out"]
+
+
+@pytest.mark.slow
+def test_the_gpu_report_keeps_what_it_finished_and_names_what_did_not_fit(files, tmp_path):
+    """A budget spent before the benchmarks: what ran is written, the rest is named."""
+    bench.main(["report", "--out", str(tmp_path / "r"), "--model", str(files / "target.safetensors"),
+                "--skip", "kernels", "--budget", "0.01"])
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["runs"] == [] and report["left_out"] and "budget" in report["left_out"][0]
+    assert "Not finished" in (tmp_path / "r" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("argv", [["--save", "{bad}/r.json"], ["--plot", "{bad}/figures"], ["report", "--out", "{bad}/r"]])

@@ -674,17 +674,20 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
 
 
 def curve_problems(path: str, saved: list[dict], key: str, columns: list[str], rows: list[list[str]]):
-    """The cells of a curve's table (rows named by the value of one field) that disagree with it."""
+    """The cells of a curve's table (rows named by the values of one or more fields, `key=L,T`)
+    that disagree with it."""
+    keys = key.split(",")
     for cells in rows:
         assert len(cells) == len(columns), f"a row of {len(cells)} cells under columns={','.join(columns)}: {cells}"
         shown = dict(zip(columns, cells))
-        match = [r for r in saved if printed(shown[key]) == r.get(key)]
+        name = " ".join(f"{k}={shown[k]}" for k in keys)
+        match = [r for r in saved if all(printed(shown[k]) == r.get(k) for k in keys)]
         if not match:
-            yield f"{key}={shown[key]}: not in {path}"
+            yield f"{name}: not in {path}"
             continue
         for column, cell in shown.items():
-            if column not in (key, "-") and not agrees(cell, match[0].get(column)):
-                yield f"{key}={shown[key]} {column}: the table says {cell}, {path} says {match[0].get(column)}"
+            if column not in keys and column != "-" and not agrees(cell, match[0].get(column)):
+                yield f"{name} {column}: the table says {cell}, {path} says {match[0].get(column)}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)

@@ -105,3 +105,15 @@ def test_tree_mask_and_positions_equal_separate_sequences(tmp_path):
         c_ = hf(torch.cat([prefix, torch.tensor([[c]])], 1)).logits[0, -1]
     torch.testing.assert_close(tree_logits[0, :2], ab, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(tree_logits[0, 2], c_, atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_loaded_in_bfloat16_is_the_same_model_as_in_float32(tmp_path):
+    """Heads trained for a float32 target must load beside it in bf16 (--dtype bfloat16): rounding
+    changes the embedding's bytes, not which model it is; a different model still differs."""
+    from conftest import random_gpt
+    random_gpt(seed=0).save(tmp_path / "a.safetensors")
+    random_gpt(seed=1).save(tmp_path / "b.safetensors")
+    a32, a16 = GPT.from_hf(tmp_path / "a.safetensors"), GPT.from_hf(tmp_path / "a.safetensors", dtype=torch.bfloat16)
+    assert a16.transformer.wte.weight.dtype == torch.bfloat16
+    assert a16.fingerprint() == a32.fingerprint() == random_gpt(seed=0).fingerprint()
+    assert GPT.from_hf(tmp_path / "b.safetensors", dtype=torch.bfloat16).fingerprint() != a32.fingerprint()

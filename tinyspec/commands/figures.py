@@ -259,7 +259,8 @@ def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> 
 # cells (`4` is draft:4, `ar` stays); source=huggingface reads FILE's Hugging Face rows; rows=all
 # (every row of FILE that the fixed keys and the prefix select, `ar` only without a prefix).
 # key=FIELD: a curve, not a benchmark: each row of the table is FILE's row whose FIELD is the
-# table's cell in the column of that name (`key=tokens columns=tokens,plain_steps`).
+# table's cell in the column of that name (`key=tokens columns=tokens,plain_steps`); several
+# fields, comma-separated, name a row together (`key=L,T` for the kernel's shapes).
 BENCH_TABLE = re.compile(r"^<!-- bench: (\S+)((?: \w+=\S+)*) -->\n((?:\|.*\n)+)", re.M)
 DECIMALS = {"tau": 2, "tau_from_alpha": 2, "predicted_tau": 2, "speedup": 2, "predicted_speedup": 2, "step_cost": 2,
             "acceptance_rate": 3, "alpha": 3, "tokens_per_s": 0, "same_as_ar": 0, "tinyspec_speedup": 2,
@@ -287,13 +288,13 @@ def fill_table(options: dict, header: list[str], rows: list[list[str]], root: Pa
     report = json.loads((root / options["path"]).read_text())
     saved = report[options.get("source", "rows")]
     columns = options["columns"].split(",")
-    if "key" in options:  # a curve: rows named by one field's value, every other column a field of that row
-        key = options["key"]
+    if "key" in options:  # a curve: rows named by their values of the key fields, every other column a field of that row
+        keys = options["key"].split(",")
         out = []
         for cells in rows:
-            shown = cells[columns.index(key)].strip("`")
-            row = next((r for r in saved if f"{r[key]:g}" == f"{float(shown):g}"), {})
-            out.append([cell if column in (key, "-") else "-" if row.get(column) is None else
+            shown = {key: cells[columns.index(key)].strip("`") for key in keys}
+            row = next((r for r in saved if all(f"{r[k]:g}" == f"{float(shown[k]):g}" for k in keys)), {})
+            out.append([cell if column in keys or column == "-" else "-" if row.get(column) is None else
                         f"{row[column]:.{len(cell.partition('.')[2]) if re.fullmatch(r'-?[0-9.]+', cell) else 2}f}"
                         for column, cell in zip(columns, cells)])
         return out

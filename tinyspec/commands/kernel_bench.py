@@ -11,13 +11,17 @@ then the median of many runs, the L2 cache flushed between them):
 
 and reports microseconds, our speedup over each, and the bandwidth we achieve: the bytes of K
 and V read, over the time, as a fraction of the device-to-device copy bandwidth measured in
-the same run (the practical peak of HBM; the data sheet's number is never reached).
+the same run (the practical peak of HBM; the data sheet's number is never reached). Those
+times include launching from Python, which at short prefixes is most of a call; `triton_graph`
+and `sdpa_graph` replay each call from a CUDA graph (`do_bench_cudagraph`): the device's time
+alone, what a decoding step recorded as a graph pays.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 import torch.nn.functional as F
@@ -77,11 +81,14 @@ def _flex(device):
 
 
 def kernel_rows(device: torch.device, dtype: torch.dtype, lengths, trees, H: int = 8, D: int = 64,
-                flex: bool = True, progress=None) -> tuple[list[dict], float]:
+                flex: bool = True, progress=None, num_splits: int | None = None,
+                deadline: float | None = None) -> tuple[list[dict], float]:
     """One row per (T, L): microseconds of our kernel, of SDPA with the dense mask (and the
     backend that ran it), of SDPA with no mask at all (flash attention: a floor no masked kernel
     beats), of FlexAttention; ratios; and the K+V bytes over our time as a fraction of the
-    measured copy bandwidth. Every output is checked against the PyTorch reference first."""
+    measured copy bandwidth. Every output is checked against the PyTorch reference first.
+    num_splits: the kernel's prefix splits (default: its own choice); deadline: a time.time()
+    after which no further row is started (the rows so far are returned)."""
     from ..kernels.tree_attention import pack_tree_mask, tree_attention, tree_attention_reference
 
     timed = _timer(device)
@@ -93,15 +100,22 @@ def kernel_rows(device: torch.device, dtype: torch.dtype, lengths, trees, H: int
         tree = random_tree_mask(T, g).to(device)
         bits = pack_tree_mask(tree)
         for L in lengths:
+            if deadline is not None and time.time() > deadline:
+                return rows, peak
             q = torch.randn(1, H, T, D, device=device, dtype=dtype)
             k, v = (torch.randn(1, H, L + T, D, device=device, dtype=dtype) for _ in range(2))
             dense = torch.cat([torch.ones(T, L, dtype=torch.bool, device=device), tree], dim=1)  # (T, L + T)
             reference = tree_attention_reference(q, k, v, tree)
             tol = dict(atol=2e-2, rtol=2e-2) if dtype != torch.float32 else dict(atol=1e-4, rtol=1e-4)
-            torch.testing.assert_close(tree_attention(q, k, v, bits), reference, **tol)
-            times = {"triton": timed(lambda: tree_attention(q, k, v, bits)),
-                     "sdpa": timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)),
+            torch.testing.assert_close(tree_attention(q, k, v, bits, num_splits=num_splits), reference, **tol)
+            ours = lambda: tree_attention(q, k, v, bits, num_splits=num_splits)
+            sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+            times = {"triton": timed(ours), "sdpa": timed(sdpa),
                      "sdpa_nomask": timed(lambda: F.scaled_dot_product_attention(q, k, v))}
+            if device.type == "cuda":  # device time alone: replayed from a CUDA graph, no Python launch
+                from triton.testing import do_bench_cudagraph
+                times |= {"triton_graph": do_bench_cudagraph(ours, return_mode="median"),
+                          "sdpa_graph": do_bench_cudagraph(sdpa, return_mode="median")}
             if flex_parts is not None:
                 flex_attention, create_block_mask = flex_parts
 
@@ -111,9 +125,12 @@ def kernel_rows(device: torch.device, dtype: torch.dtype, lengths, trees, H: int
                 torch.testing.assert_close(flex_attention(q, k, v, block_mask=block_mask), reference, **tol)
                 times["flex"] = timed(lambda: flex_attention(q, k, v, block_mask=block_mask))
             kv_bytes = 2 * H * (L + T) * D * q.element_size()
-            row = {"L": L, "T": T, "flex_us": None, **{f"{name}_us": round(ms * 1e3, 1) for name, ms in times.items()},
+            row = {"L": L, "T": T, "H": H, "D": D, "flex_us": None, **{f"{name}_us": round(ms * 1e3, 1) for name, ms in times.items()},
                    "sdpa_backend": sdpa_backend(q, k, v, dense),
                    "bandwidth_fraction": round(kv_bytes / (times["triton"] * 1e-3) / peak, 3)}
+            if "triton_graph" in times:
+                row["speedup_vs_sdpa_graph"] = round(times["sdpa_graph"] / times["triton_graph"], 2)
+                row["bandwidth_fraction_graph"] = round(kv_bytes / (times["triton_graph"] * 1e-3) / peak, 3)
             for name in ("sdpa", "flex"):
                 if name in times:  # flex_us stays None where FlexAttention does not run
                     row[f"speedup_vs_{name}"] = round(times[name] / times["triton"], 2)
@@ -124,10 +141,15 @@ def kernel_rows(device: torch.device, dtype: torch.dtype, lengths, trees, H: int
 
 
 def sdpa_backend(q, k, v, mask) -> str:
-    """Which of SDPA's kernels runs with a boolean mask: the first that accepts the call."""
+    """Which of SDPA's kernels runs with a boolean mask: PyTorch's own choice where it tells
+    (a private function), else the first that accepts the call."""
     if q.device.type != "cuda":
         return "math (cpu)"
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    try:
+        return SDPBackend(torch._fused_sdp_choice(q, k, v, mask)).name.lower()
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        pass
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
                     SDPBackend.MATH):
         try:
@@ -156,7 +178,9 @@ def main(argv=None) -> None:
                           "rows": rows}, indent=1))
         return
     print(f"{name}, {args.dtype}, H={H}, D={D}; copy bandwidth {peak / 1e9:.0f} GB/s (the peak below)")
-    print(f"{'L':>6} {'T':>3} {'triton us':>10} {'sdpa us':>8} {'flex us':>8} {'vs sdpa':>8} {'vs flex':>8} {'of peak':>8}")
+    print(f"{'L':>6} {'T':>3} {'triton us':>10} {'sdpa us':>8} {'flex us':>8} {'vs sdpa':>8} {'vs flex':>8} {'of peak':>8}"
+          f" {'graph: triton us':>17} {'sdpa us':>8} {'vs sdpa':>8}")
     for r in rows:
         print(f"{r['L']:>6} {r['T']:>3} {r['triton_us']:>10} {r['sdpa_us']:>8} {r['flex_us'] or '-':>8} "
-              f"{r['speedup_vs_sdpa']:>8} {r.get('speedup_vs_flex', '-'):>8} {r['bandwidth_fraction']:>8.0%}")
+              f"{r['speedup_vs_sdpa']:>8} {r.get('speedup_vs_flex', '-'):>8} {r['bandwidth_fraction']:>8.0%}"
+              f" {r['triton_graph_us']:>17} {r['sdpa_graph_us']:>8} {r['speedup_vs_sdpa_graph']:>8}")

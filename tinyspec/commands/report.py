@@ -1,182 +1,292 @@
 """`python -m tinyspec bench report --out DIR`: every GPU figure of the README, in one command.
 
-    python -m tinyspec bench report --out runs/report            # on a CUDA GPU: the full report
-    python -m tinyspec bench report --out /tmp/report --quick    # a few seconds' subset, any device
+    python -m tinyspec bench report --out runs/report --budget 480  # on a CUDA GPU: the full report
+    python -m tinyspec bench report --out /tmp/report --quick       # a small subset, any device
 
-On the current device it runs, in this order, and writes DIR/report.json, DIR/report.md (the
-tables as they go into README.md and walkthrough.md) and the plots:
+On the current device it runs these parts, in this order, and rewrites DIR/report.json and
+DIR/report.md (the tables as they go into README.md and walkthrough.md) after each one, so that
+a run cut short keeps what it finished:
 
-1. the GPU-only tests (`pytest -m cuda`: bf16 kernel cases, the recorded CUDA graph against the
-   eager forward, graph and kernel decoding against eager decoding);
-2. the kernel table: Triton tree attention against SDPA with the dense mask, SDPA with no mask
-   (flash attention, a floor) and FlexAttention, microseconds and the K+V bandwidth reached as a
-   fraction of the measured copy bandwidth;
-3. the methods table on held-out prompts, eager and with CUDA graphs, each path's speedups
-   against `ar` on the same path, the `same` count, and the weight bandwidth of each method;
-4. Hugging Face on the same weights: `generate`, with a static cache and a compiled step, and
-   assisted generation with the draft.
+1. `tests`: the kernel's and the graph path's tests on the GPU (the kernel against its PyTorch
+   reference, bf16 cases, the recorded CUDA graph against the eager forward, graph and kernel
+   decoding against eager decoding);
+2. `kernels`: Triton tree attention against SDPA with the dense mask, SDPA with no mask (flash
+   attention, a floor) and FlexAttention, microseconds and the K+V bandwidth reached as a
+   fraction of the measured copy bandwidth: a sweep of prefix splits at L = 16k, T = 64, the
+   decoding benchmark's own shapes, and long prefixes; each output checked against the reference;
+3. `methods`: greedy decoding of held-out code, one prompt at a time, float32 then bfloat16,
+   eager and with CUDA graphs, each path's speedups against `ar` on the same path, the `same`
+   count, the sizes `:auto` chose and their predicted against measured speedups;
+4. `hf`: Hugging Face `generate` on the same weights, plain and with a static cache and a
+   compiled step, beside graph `ar`.
 
-On a CPU every part runs a tiny subset (the kernels in Triton's interpreter when
-TRITON_INTERPRET=1 is set), so the code paths are tested before a GPU sees them; the figures
-then mean nothing and the report says so.
+Each benchmark runs in its own process with the time that is left (`--budget`), so a part that
+fails or overruns is recorded as such and the next one still runs. On a CPU every part runs a
+tiny subset (the kernels in Triton's interpreter when TRITON_INTERPRET=1 is set), so the code
+paths are tested before a GPU sees them; the figures then mean nothing and the report says so.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
-from . import benchmark
-from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
+from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
 from ..files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
 FULL_METHODS = "ar,draft:4,draft:4@block,medusa:16,medusa:16@pointmass,medusa:32,eagle,parallel,lookup,rest,draft:auto,medusa:auto,eagle:auto,parallel:auto"
+GRAPH_METHODS = "ar,medusa:16,medusa:16@pointmass,medusa:32"  # the methods the graph path records (fastpath.py)
 QUICK_METHODS = "ar,draft:2,medusa:8"
+PARTS = ("tests", "kernels", "methods", "hf")
+MIN_RUN_S = 5  # a benchmark run started with less time than this cannot finish: it is left out
 
 
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m tinyspec bench report", description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
-    ap.add_argument("--out", required=True, help="directory for report.json, report.md and the figures")
+    ap.add_argument("--out", required=True, help="directory for report.json and report.md")
     ap.add_argument("--quick", action="store_true", help="a tiny subset of every part (always on a CPU)")
-    ap.add_argument("--methods", help=f"the methods table's methods (default: {FULL_METHODS}; --quick: {QUICK_METHODS})")
+    ap.add_argument("--budget", type=float, help="seconds for the whole report: parts that no longer fit are "
+                    "left out and named in the report (default: no limit)")
+    ap.add_argument("--methods", help=f"the eager methods table's methods (default: {FULL_METHODS}; --quick: {QUICK_METHODS})")
+    ap.add_argument("--categories", default="code", help="held-out prompt categories (default: code)")
+    ap.add_argument("--temperatures", default="0", help="sampling temperatures, 0 = greedy (default: 0)")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="the methods tables' dtypes, in order")
     ap.add_argument("--prompts-per-category", type=int, default=4, help="held-out prompts per category")
     ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens per prompt")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved timed passes per setting")
-    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: tests, kernels, methods, hf")
+    ap.add_argument("--skip", default="", help=f"comma-separated parts to leave out: {', '.join(PARTS)}")
     for flag in ("--model", "--draft", "--heads", "--tokenizer"):
         ap.add_argument(flag, help="as in python -m tinyspec bench (default: the shipped file)")
     return ap
 
 
-def gpu_tests(quick: bool) -> dict:
-    """`pytest -m cuda` in a subprocess: counts, and the tail of its output."""
+class Clock:
+    """The report's time budget: what is left, and a part's share of it."""
+
+    def __init__(self, budget: float | None):
+        self.end = None if budget is None else time.time() + budget
+
+    def left(self, cap: float | None = None) -> float | None:
+        left = None if self.end is None else max(0.0, self.end - time.time())
+        return cap if left is None else left if cap is None else min(cap, left)
+
+
+GPU_TESTS = ["tests/test_tree_attention.py", "tests/test_fastpath.py"]  # every test there, on the GPU
+
+
+def gpu_tests(clock: Clock) -> dict:
+    """The kernel's and the graph path's tests, every one (on a GPU they run there), in a
+    subprocess: counts, and the tail of its output."""
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device: the cuda-marked tests skip themselves"}
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests"],
-                       cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        p = subprocess.run([sys.executable, "-m", "pytest", "-m", "slow or not slow", "-q", "-p", "no:cacheprovider", *GPU_TESTS],
+                           cwd=ROOT, capture_output=True, text=True, timeout=clock.left(150),
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    except subprocess.TimeoutExpired as e:
+        tail = ((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")).splitlines()[-15:]
+        return {"timed_out": round(time.time() - t0, 1), "output_tail": tail}
     tail = (p.stdout + p.stderr).strip().splitlines()[-15:]
+    print("\n".join(tail), file=sys.stderr)
     return {"exit_status": p.returncode, "summary": tail[-1] if tail else "", "output_tail": tail,
             "seconds": round(time.time() - t0, 1)}
 
 
-def kernels(device: torch.device, quick: bool) -> dict:
+def kernels(device: torch.device, quick: bool, clock: Clock, config: dict) -> dict:
+    """Rows of kernel_bench.kernel_rows: the split sweep, the benchmark's shapes, long prefixes.
+    Every row is checked against the PyTorch reference before it is timed."""
     from .kernel_bench import kernel_rows
 
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return {"skipped": "no CUDA device, and TRITON_INTERPRET=1 is not set for the interpreter"}
     if importlib.util.find_spec("triton") is None:  # a CPU install without the triton extra
         return {"skipped": "triton is not installed: pip install -e '.[triton]'"}
+    deadline = time.time() + clock.left(150)
     if quick or device.type != "cuda":
-        rows, peak = kernel_rows(device, torch.float32 if device.type != "cuda" else torch.bfloat16, [128], [16],
-                                 H=2, D=16, flex=device.type == "cuda")
+        groups = [dict(lengths=[128], trees=[16], H=2, D=16, flex=False)]
+        dtype = torch.float32 if device.type != "cuda" else torch.bfloat16
     else:
-        rows, peak = kernel_rows(device, torch.bfloat16, [128, 1024, 4096, 16384, 32768], [16, 64], H=8, D=64)
-    return {"copy_bandwidth_GBps": round(peak / 1e9, 1), "rows": rows}
+        H, D = config["n_head"], config["n_embd"] // config["n_head"]
+        dtype = torch.bfloat16
+        groups = [dict(lengths=[16384], trees=[64], splits=[1, 4, 16, 32, 64], flex=False, group="splits"),
+                  dict(lengths=[256, config["n_ctx"] - 33], trees=[9, 17, 33], H=H, D=D, group="decoding"),
+                  dict(lengths=[1024, 4096, 16384, 32768], trees=[16, 64], group="long")]
+    rows, peak = [], None
+    for g in groups:
+        g = dict(g)
+        name = g.pop("group", "quick")
+        for splits in g.pop("splits", [None]):
+            if time.time() > deadline:
+                return {"copy_bandwidth_GBps": peak and round(peak / 1e9, 1), "rows": rows, "cut_short": True}
+            part, peak = kernel_rows(device, dtype, num_splits=splits, deadline=deadline, **g)
+            rows += [dict(r, group=name, num_splits=splits or "auto") for r in part]
+    return {"copy_bandwidth_GBps": round(peak / 1e9, 1), "dtype": str(dtype).removeprefix("torch."), "rows": rows}
 
 
-def methods(args, device: torch.device, quick: bool) -> tuple[list[dict], list[dict], list[str]]:
-    """The benchmark on the eager path and (CUDA) the graph path; HF rows from the eager run."""
-    paths = ["eager", "graph"] if device.type == "cuda" else ["eager"]
-    rows, hf, commands = [], [], []
-    for path in paths:
-        argv = ["--methods", args.methods or (QUICK_METHODS if quick else FULL_METHODS),
-                "--temperatures", "0" if quick else "0,1",
-                "--prompts-per-category", "1" if quick else str(args.prompts_per_category),
-                "--max-new-tokens", "8" if quick else str(args.max_new_tokens),
-                "--repeats", "1" if quick else str(args.repeats)]
-        if quick:
-            argv += ["--categories", "code"]
-        for flag in ("model", "draft", "heads", "tokenizer"):
-            if getattr(args, flag):
-                argv += [f"--{flag}", getattr(args, flag)]
-        if path == "graph":
-            argv += ["--cuda-graph", "--no-hf"]
-        elif "hf" in args.skip.split(","):
-            argv += ["--no-hf"]
-        else:
-            argv += ["--hf-modes", "hf,hf-assisted" + (",hf-static-compiled" if device.type == "cuda" else "")]
-        parsed = benchmark.build_parser().parse_args(argv)
-        report = benchmark.measure(parsed, argv)
-        commands.append(report["command"])
-        rows += [dict(r, path=path) for r in report["rows"]]
-        hf += report["huggingface"]
-    return rows, hf, commands
+def bench_runs(args, device: torch.device, quick: bool) -> list[tuple[str, list[str]]]:
+    """(name, argv) of each `python -m tinyspec bench` run of the methods and hf parts."""
+    common = ["--temperatures", "0" if quick else args.temperatures, "--categories", "code" if quick else args.categories,
+              "--prompts-per-category", "1" if quick else str(args.prompts_per_category),
+              "--max-new-tokens", "8" if quick else str(args.max_new_tokens),
+              "--repeats", "1" if quick else str(args.repeats)]
+    for flag in ("model", "draft", "heads", "tokenizer"):
+        if getattr(args, flag):
+            common += [f"--{flag}", getattr(args, flag)]
+    cuda, runs = device.type == "cuda", []
+    for dtype in args.dtypes.split(","):
+        if "methods" not in args.skip_parts:
+            runs.append((f"eager-{dtype}", ["--methods", args.methods or (QUICK_METHODS if quick else FULL_METHODS),
+                                            "--dtype", dtype, "--no-hf"]))
+            if cuda:
+                runs.append((f"graph-{dtype}", ["--methods", GRAPH_METHODS, "--cuda-graph", "--dtype", dtype, "--no-hf"]))
+        if "hf" not in args.skip_parts and dtype == "float32":  # HF beside our fastest ar, on the same weights
+            runs.append(("hf-float32", ["--methods", "ar", "--dtype", dtype] + (
+                ["--cuda-graph", "--hf-modes", "hf,hf-static-compiled"] if cuda else ["--hf-modes", "hf,hf-assisted"])))
+    return [(name, argv + common) for name, argv in runs]
+
+
+def bench(name: str, argv: list[str], clock: Clock, tmp: Path) -> dict:
+    """One `python -m tinyspec bench` run in its own process (a CUDA error or an overrun ends it
+    alone); its saved report, or why there is none."""
+    save = tmp / f"{name}.json"
+    command = [sys.executable, "-m", "tinyspec", "bench", *argv, "--save", str(save)]
+    t0 = time.time()
+    try:
+        p = subprocess.run(command, cwd=ROOT, timeout=clock.left(), stdout=2,  # its table to stderr: stdout is the report's
+                           env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1"))
+    except subprocess.TimeoutExpired:
+        return {"run": name, "timed_out": round(time.time() - t0, 1), "command": "python -m tinyspec bench " + " ".join(argv)}
+    if p.returncode != 0 or not save.exists():
+        return {"run": name, "exit_status": p.returncode, "command": "python -m tinyspec bench " + " ".join(argv)}
+    shown = "python -m tinyspec bench " + " ".join(argv)  # the command less the temporary --save
+    return dict(json.loads(save.read_text()), run=name, command=shown, seconds=round(time.time() - t0, 1))
 
 
 def markdown(report: dict) -> str:
     """The report's tables in the form README.md and walkthrough.md take them."""
     out = [f"# tinyspec on {report['device']}\n", f"torch {report['torch']}; {report['note']}\n"]
     tests = report.get("tests", {})
-    out.append(f"GPU tests: {tests.get('summary') or tests.get('skipped', '-')}\n")
+    out.append(f"GPU tests: {tests.get('summary') or tests.get('skipped') or tests.get('error') or tests.get('timed_out', '-')}\n")
     k = report.get("kernels", {})
     if k.get("rows"):
-        out += [f"\n## Tree attention, {k['copy_bandwidth_GBps']} GB/s copy bandwidth\n",
-                "| L | T | triton µs | SDPA + mask µs (backend) | SDPA, no mask µs | Flex µs | vs SDPA | vs Flex | of copy bandwidth |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| {r['L']} | {r['T']} | {r['triton_us']} | {r['sdpa_us']} ({r['sdpa_backend']}) | {r['sdpa_nomask_us']} | "
+        out += [f"\n## Tree attention ({k.get('dtype', '')}), {k['copy_bandwidth_GBps']} GB/s copy bandwidth\n",
+                "Launched from Python, then (graph) replayed from a CUDA graph: the device's time alone.\n",
+                "| shapes | H | D | L | T | splits | triton µs | SDPA + mask µs (backend) | SDPA, no mask µs | Flex µs | vs SDPA | vs Flex | "
+                "of copy bandwidth | graph: triton µs | graph: SDPA µs | graph: vs SDPA | graph: of copy bandwidth |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {r.get('group', '-')} | {r.get('H', '-')} | {r.get('D', '-')} | {r['L']} | {r['T']} | {r.get('num_splits', 'auto')} | "
+                f"{r['triton_us']} | {r['sdpa_us']} ({r['sdpa_backend']}) | {r['sdpa_nomask_us']} | "
                 f"{r['flex_us'] or '-'} | {r['speedup_vs_sdpa']} | {r.get('speedup_vs_flex', '-')} | "
-                f"{r['bandwidth_fraction']:.0%} |" for r in k["rows"]]
-    rows = report.get("methods", [])
+                f"{r['bandwidth_fraction']:.0%} | {r.get('triton_graph_us', '-')} | {r.get('sdpa_graph_us', '-')} | "
+                f"{r.get('speedup_vs_sdpa_graph', '-')} | "
+                f"{format(r['bandwidth_fraction_graph'], '.0%') if 'bandwidth_fraction_graph' in r else '-'} |" for r in k["rows"]]
+    elif k:
+        out.append(f"Kernels: {k.get('skipped') or k.get('error')}\n")
+    runs = report.get("runs", [])
+    rows = [dict(r, run=run["run"], dtype=run.get("dtype", "-")) for run in runs for r in run.get("rows", [])
+            if not run["run"].startswith("hf")]
     if rows:
         out += ["\n## Methods (speedup against ar on the same path)\n",
-                "| path | method | T | category | tau | tok/s | speedup | same | weights GB/s |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| {r['path']} | {r['method']} | {r['temperature']:g} | {r['category']} | {r['tau']} | {r['tokens_per_s']} | "
-                f"{r['speedup']} | {r.get('same_as_ar', '-')} | {r['weights_GBps']}"
+                "| path | dtype | method | T | category | tau | tok/s | speedup | predicted | sized | same | weights GB/s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {r['run'].split('-')[0]} | {r['dtype']} | {r['method']} | {r['temperature']:g} | {r['category']} | {r['tau']} | "
+                f"{r['tokens_per_s']} | {r['speedup']} | {r.get('predicted_speedup') or '-'} | {r.get('sized') or '-'} | "
+                f"{r.get('same_as_ar', '-')} | {r['weights_GBps']}"
                 f"{' (' + format(r['of_copy_bandwidth'], '.0%') + ')' if 'of_copy_bandwidth' in r else ''} |" for r in rows]
-    hf = report.get("hf", [])
+    sizing = [dict(s, dtype=run.get("dtype", "-")) for run in runs if run["run"].startswith("eager")
+              for s in run.get("sizing", [])]
+    if sizing:
+        out += ["\n## Sizing on this device (eager)\n", "| dtype | method | T | size | tau | step cost (plain steps) | predicted | chosen |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {s['dtype']} | {s['method']} | {s['temperature']:g} | {s['size']} | {s['tau']} | {s['step_cost']} | "
+                f"{s['predicted_speedup']} | {'yes' if s['chosen'] else ''} |" for s in sizing]
+    hf = [dict(h, run=run["run"]) for run in runs for h in run.get("huggingface", [])]
     if hf:
         out += ["\n## Hugging Face, same weights\n", "| mode | T | category | tok/s | tinyspec x | same |",
                 "|---|---|---|---|---|---|"]
-        out += [f"| {r['mode']} | {r.get('temperature', '-')} | {r.get('category', '-')} | {r.get('tokens_per_s', r.get('error'))} | "
+        out += [f"| {r['method']} | {r.get('temperature', '-')} | {r.get('category', '-')} | {r.get('tokens_per_s', r.get('error'))} | "
                 f"{r.get('tinyspec_speedup', '-')} | {r.get('same_as_tinyspec', '-')} |" for r in hf]
-    out.append("\nCommands: " + "; ".join(f"`{c}`" for c in report.get("commands", [])) + "\n")
+    missing = [f"{run['run']} ({'timed out' if 'timed_out' in run else 'exit ' + str(run.get('exit_status'))})"
+               for run in runs if "rows" not in run]
+    if missing or report.get("left_out"):
+        out.append("\nNot finished: " + ", ".join(missing + report.get("left_out", [])) + "\n")
+    out.append("\nCommands: " + "; ".join(f"`{run['command']}`" for run in runs if "command" in run) + "\n")
     return "\n".join(out)
+
+
+def target_config(path) -> dict:
+    """The target's config from its file's metadata (no weights loaded): the decoding shapes."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        return json.loads(f.metadata()["config"])
+
+
+def save(out: Path, report: dict) -> None:
+    atomic_write_json(out / "report.json", report)
+    atomic_write_text(out / "report.md", markdown(report))
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     out = check_output(args.out, "--out", directory=True)  # before the work: a finished report must not be lost
-    skip = set(args.skip.split(",")) - {""}
-    if skip - {"tests", "kernels", "methods", "hf"}:
-        die(f"--skip takes tests, kernels, methods, hf; got {args.skip!r}")
+    args.skip_parts = set(args.skip.split(",")) - {""}
+    if args.skip_parts - set(PARTS):
+        die(f"--skip takes {', '.join(PARTS)}; got {args.skip!r}")
+    if args.budget is not None and args.budget <= 0:
+        die(f"--budget must be a positive number of seconds, got {args.budget:g}")
+    if set(args.dtypes.split(",")) - {"float32", "bfloat16", "float16"}:
+        die(f"--dtypes takes float32, bfloat16, float16; got {args.dtypes!r}")
     device = pick_device("auto")
     quick = args.quick or device.type != "cuda"
-    t0 = time.time()
+    clock, t0 = Clock(args.budget), time.time()
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "quick": quick,
               "note": "a quick subset: the code paths ran, the figures mean nothing" if quick else "the full report",
-              "command": "python -m tinyspec bench report " + " ".join(argv if argv is not None else sys.argv[1:])}
-    if "tests" not in skip:
-        print("GPU tests ...", file=sys.stderr)
-        report["tests"] = gpu_tests(quick)
-    if "kernels" not in skip:
-        print("kernel table ...", file=sys.stderr)
-        report["kernels"] = kernels(device, quick)
-    if "methods" not in skip:
-        print("methods table ...", file=sys.stderr)
-        rows, hf, commands = methods(args, device, quick)
-        report["methods"], report["commands"] = rows, commands
-        report["hf"] = [dict(r, mode=r.pop("method")) for r in hf]
-    report["seconds"] = round(time.time() - t0, 1)
+              "command": "python -m tinyspec bench report " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "runs": [], "left_out": []}
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "report.json", report)
-    atomic_write_text(out / "report.md", markdown(report))
-    if report.get("methods"):
+    save(out, report)
+
+    def part(name: str, fn) -> None:
+        if clock.left() == 0:
+            report["left_out"].append(f"{name} (the budget was spent)")
+            return
+        print(f"[{time.time() - t0:5.0f} s] {name} ...", file=sys.stderr)
         try:
-            from .plots import write_plots
-            write_plots([r for r in report["methods"] if r["path"] == "eager"], out)
-        except ImportError:
-            print("matplotlib is not installed: no figures", file=sys.stderr)
+            report[name] = fn()
+        except Exception as e:  # a part's failure is a finding to report; the next part still runs
+            report[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
+                            "traceback": traceback.format_exc().splitlines()[-12:]}
+        report["seconds"] = round(time.time() - t0, 1)
+        save(out, report)
+
+    if "tests" not in args.skip_parts:
+        part("tests", lambda: gpu_tests(clock))
+    if "kernels" not in args.skip_parts:
+        part("kernels", lambda: kernels(device, quick, clock, target_config(args.model or WEIGHTS / "target.safetensors")))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, bench_argv in bench_runs(args, device, quick):
+            if clock.left(MIN_RUN_S) < MIN_RUN_S:
+                report["left_out"].append(f"{name} (the budget was spent)")
+                continue
+            print(f"[{time.time() - t0:5.0f} s] bench {name} ...", file=sys.stderr)
+            report["runs"].append(bench(name, bench_argv, clock, Path(tmp)))
+            report["seconds"] = round(time.time() - t0, 1)
+            save(out, report)
+    report["seconds"] = round(time.time() - t0, 1)
+    save(out, report)
     print(markdown(report))
     print(f"wrote {out / 'report.json'} and {out / 'report.md'} in {report['seconds']:.0f} s", file=sys.stderr)
