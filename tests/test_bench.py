@@ -123,13 +123,16 @@ def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
                 "--draft", str(files / "draft.safetensors"), "--heads", str(files / "heads.safetensors")])
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["quick"] is (not torch.cuda.is_available()) and report["device"]
-    assert "tests" in report and (tmp_path / "r" / "report.md").read_text().startswith("# tinyspec on")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "tests" in report and md.startswith("# tinyspec on") and "Where a step's time goes" in md
     if "rows" in report["kernels"]:  # the interpreter is on in the tests (conftest.py)
         row = report["kernels"]["rows"][0]
         assert {"L", "T", "triton_us", "sdpa_us", "flex_us", "bandwidth_fraction"} <= set(row)
     runs = {run["run"]: run for run in report["runs"]}
-    assert set(runs) == {"eager-float32", "eager-bfloat16", "hf-float32"} | (
-        {"graph-float32", "graph-bfloat16"} if torch.cuda.is_available() else set())
+    assert set(runs) == {"eager-float32", "eager-bfloat16", "hf-float32", "ledger-eager-float32"} | (
+        {"graph-float32", "graph-bfloat16", "ledger-graph-float32"} if torch.cuda.is_available() else set())
+    ledger = {r["method"]: r["ledger"] for r in runs["ledger-eager-float32"]["rows"]}
+    assert abs(sum(ledger["medusa:8"].values()) - 1) < 0.01 and ledger["medusa:8"]["target"] > 0
     assert {m["method"] for m in runs["eager-float32"]["rows"]} == {"ar", "draft:2", "medusa:8"}
     assert runs["eager-bfloat16"]["dtype"] == "bfloat16" and runs["eager-float32"]["sizing"]
     for m in runs["eager-float32"]["rows"]:

@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -857,3 +858,138 @@ def test_the_book_keeps_its_word_budget():
     chapters = text[text.index("\n## 0 "):]
     words = len(chapters.split())
     assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-13 for {len(added)} added methods"
+
+
+# Prose figures
+# -------------
+# A number quoted in the text (a decimal, a percentage, a grouped integer such as 1,613) comes from
+# a saved file: the results (docs/**/*.json) or a card (weights/*.md, docs/*.md cards) that its
+# paragraph or an earlier paragraph of its section names (a table's marker counts). Each must be
+# found among that file's numbers, rounded as the text prints it; a number that is no measurement
+# (a constant, a hyperparameter, a section of a paper) or that the text derives from measured ones
+# is named below with why. So a figure cannot go stale when its file is measured again.
+SOURCE = re.compile(r"(?:docs|weights)/[\w/.-]+\.(?:json|md)")
+FIGURE = re.compile(r"(?<![\w.:/=-])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+%)")
+NOT_SOURCES = {"docs/appendix.md", "docs/example_prompts.txt"}  # prose of its own, not results
+NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
+    ("README.md", "33.8", "M tokens of 6,707"): "the size of a datastore the text builds, as its command prints it",
+    ("README.md", "6,707", "modules, 193 MB"): "the size of a datastore the text builds, as its command prints it",
+    ("README.md", "8,192", "-token LM head"): "the vocabulary's size",
+    ("README.md", "14.0", "M parameters"): "the preset's parameter count, from its config",
+    ("walkthrough.md", "3.11", ".7, whose"): "a Python version",
+    ("walkthrough.md", "8,191", "ranks,"): "the tokenizer's size",
+    ("walkthrough.md", "8,192", ". `encode_ordinary`"): "the vocabulary's size",
+    ("walkthrough.md", "0.8", "MFLOP at"): "arithmetic on the preset's shapes",
+    ("walkthrough.md", "3.35", "TB/s from HBM3"): "a data sheet's figure",
+    ("walkthrough.md", "0.0625", ", and `python"): "bfloat16's rounding step near 10",
+    ("walkthrough.md", "0.0625", ". Use `--dtype"): "bfloat16's rounding step near 10",
+    ("walkthrough.md", "3.8", ", `expected_speedup`"): "a theorem's number in a paper",
+    ("walkthrough.md", "3.36", "tokens:"): "the worked example's arithmetic",
+    ("walkthrough.md", "0.59", "for"): "the worked example's arithmetic",
+    ("walkthrough.md", "921,088", "parameters are"): "the head's parameter count, from its shapes",
+    ("walkthrough.md", "4.2", "; `eagle_loss`"): "a section of a paper",
+    ("walkthrough.md", "3.9", "(`backends/nvidia"): "a Triton version",
+    ("walkthrough.md", "1,000", ".\n- *Decay"): "arithmetic on the optimizer's beta",
+    ("walkthrough.md", "0.1", "on parameters of"): "a hyperparameter",
+    ("walkthrough.md", "1.5", "M parameters match"): "the preset's parameter count, from its config",
+    ("walkthrough.md", "8,192", "-row LM head"): "the vocabulary's size",
+    ("walkthrough.md", "8,533,509", "training and"): "docs/corpus.json's 8,531,914 tokens and one <|endoftext|> per module (1,595)",
+    ("walkthrough.md", "289,118", "validation tokens"): "docs/corpus.json's 289,048 tokens and one <|endoftext|> per module (70)",
+    ("walkthrough.md", "10%", "* (`commands/optim.p"): "the schedule's warm-up share, a hyperparameter",
+    ("walkthrough.md", "2.6", "ms in this run"): "one over `ar`'s tokens/s in docs/bench.json",
+    ("walkthrough.md", "3.5", "x (455 to 1,613"): "the ratio of the two figures that follow it",
+    ("walkthrough.md", "4.4", "at $B = 16$"): "the ratio of the two step times that follow it",
+    ("walkthrough.md", "0.87", "at $B = 1$"): "the cost model's formula worked on the table's figures",
+    ("walkthrough.md", "0.40", "at $B = 16$"): "the cost model's formula worked on the table's figures",
+    ("walkthrough.md", "10%", "or more between run"): "how far single figures move between runs, a caution",
+    ("README.md", "3.5", "x from B = 1 to 16"): "the ratio of the two figures that follow it",
+}
+
+
+def file_numbers(path: str) -> list[float]:
+    """Every number a saved file holds: a JSON's numeric leaves and the numbers inside its strings,
+    or a card's numbers."""
+    text = (ROOT / path).read_text()
+    if path.endswith(".json"):
+        leaves, todo = [], [json.loads(text)]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, dict | list):
+                todo += x.values() if isinstance(x, dict) else x
+            elif isinstance(x, str):
+                leaves += re.findall(r"\d[\d,]*(?:\.\d+)?", x)
+            elif isinstance(x, int | float) and not isinstance(x, bool):
+                leaves.append(x)
+    else:
+        leaves = re.findall(r"\d[\d,]*(?:\.\d+)?", text)
+    return [float(str(v).rstrip(",").replace(",", "")) for v in leaves]
+
+
+def found_in(figure: str, numbers: list[float]) -> bool:
+    """A figure as printed agrees with one of the numbers: rounded to its decimals, a percentage
+    as a fraction or as a percentage."""
+    if figure.endswith("%"):
+        p = float(figure[:-1])
+        return any(abs(100 * v - p) <= 0.5 + 1e-9 or abs(v - p) <= 0.5 + 1e-9 for v in numbers)
+    x, decimals = float(figure.replace(",", "")), len(figure.partition(".")[2])
+    return any(abs(v - x) <= 0.5 * 10 ** -decimals + 1e-9 or abs(v / 1e6 - x) <= 0.5 * 10 ** -decimals + 1e-9
+               for v in numbers)  # or in millions (8.5M tokens)
+
+
+def prose_figures(doc: Path):
+    """(line, figure, the words after it, the files its section names) for every quoted figure in
+    a paragraph whose section names a saved file; code, math and tables are not prose."""
+    text = doc.read_text()
+    sources, line = [], 1
+    for para in re.split(r"(\n\s*\n)", text):
+        if para.lstrip().startswith("#"):
+            sources = []
+        sources += [s for s in SOURCE.findall(para) if s not in NOT_SOURCES and (ROOT / s).is_file()]
+        if sources and not para.lstrip().startswith(("|", "<!--", "```")):
+            prose = re.sub(r"```.*?```|\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", lambda m: " " * len(m.group(0)), para, flags=re.S)
+            for m in FIGURE.finditer(prose):
+                yield line + para[:m.start()].count("\n"), m.group(1), para[m.end():m.end() + 20], sorted(set(sources))
+        line += para.count("\n")
+
+
+@pytest.mark.parametrize("doc", DOCS[:2], ids=lambda d: d.name)
+def test_prose_figures_come_from_the_files_they_cite(doc):
+    bad = []
+    for line, figure, after, sources in prose_figures(doc):
+        if any((doc.name, figure) == k[:2] and " ".join(after.split()).startswith(" ".join(k[2].split()))
+               for k in NOT_MEASURED):
+            continue
+        if not found_in(figure, [v for s in sources for v in file_numbers(s)]):
+            bad.append(f"{doc.name}:{line}: {figure} (before {after!r}) is in none of {', '.join(sources)}")
+    assert not bad, "figures that their section's files do not hold (fix the figure, cite its file, " \
+                    "or name it in NOT_MEASURED with why):\n" + "\n".join(bad)
+
+
+def test_a_stale_prose_figure_is_caught(tmp_path, monkeypatch):
+    """The check fails a figure its file no longer holds, and passes it once it does."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "r.json").write_text(json.dumps({"rows": [{"speedup": 2.274}]}))
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    doc = tmp_path / "README.md"
+    doc.write_text("## Results\n\nSaved in `docs/r.json`.\n\nSo `rest` ran at 2.31x, at 99% of it.\n")
+    got = [(f, found_in(f, file_numbers(s[0]))) for _, f, _, s in prose_figures(doc)]
+    assert got == [("2.31", False), ("99%", False)]
+    doc.write_text("## Results\n\nSaved in `docs/r.json`.\n\nSo `rest` ran at 2.27x ($x = 0.5$).\n")
+    assert [(f, found_in(f, file_numbers(s[0]))) for _, f, _, s in prose_figures(doc)] == [("2.27", True)]
+
+
+def test_the_books_parameter_counts_are_the_models():
+    """Chapter 2's preset sizes, chapter 7's shared and private head sizes and chapter 8's EAGLE
+    head, counted from the modules themselves: figures the prose quotes without a file."""
+    from tinyspec.methods.eagle import EagleHead
+    from tinyspec.methods.medusa import MedusaHeads
+    from tinyspec.model import GPT, PRESETS
+
+    text = " ".join((ROOT / "walkthrough.md").read_text().split())
+    small = PRESETS["small"]
+    count = lambda m: sum(p.numel() for p in m.parameters())
+    for name, config in PRESETS.items():
+        assert f"{GPT(config).num_params():,} (`{name}`)" in text, name
+    assert f"Four shared-head blocks have {count(MedusaHeads(small.n_embd, 4)):,} parameters" in text
+    assert f"four private matrices would add {4 * small.n_embd * small.vocab_size:,}" in text
+    assert f"Its {count(EagleHead(small)):,} parameters" in text

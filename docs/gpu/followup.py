@@ -10,7 +10,7 @@ import json, os, subprocess, sys, time, traceback
 import torch
 import torch.nn.functional as F
 
-OUT = os.environ.get("OUT", "/tmp/gpu2")
+OUT = os.environ.get("OUT", "runs/followup")
 os.makedirs(OUT, exist_ok=True)
 T0 = time.time()
 END = T0 + float(os.environ.get("BUDGET", "250"))
@@ -21,7 +21,7 @@ dev = "cuda" if cuda else "cpu"
 
 def save():
     res["seconds"] = round(time.time() - T0, 1)
-    with open(f"{OUT}/gpu2.json", "w") as f:
+    with open(f"{OUT}/followup.json", "w") as f:
         json.dump(res, f, indent=1)
 
 
@@ -116,8 +116,7 @@ def bench(name, argv, cudnn=True, timeout=100):
             "--prompts-per-category", "4", "--max-new-tokens", "96", "--repeats", "2", "--save", save_to], timeout)
     if os.path.exists(save_to):
         rep = json.load(open(save_to))
-        r["rows"] = [{k: x.get(k) for k in ("method", "tau", "tokens_per_s", "speedup", "same_as_ar", "step_cost", "ledger")}
-                     for x in rep["rows"]]
+        r["report"] = rep
     return r
 
 

@@ -18,7 +18,9 @@ a run cut short keeps what it finished:
    eager and with CUDA graphs, each path's speedups against `ar` on the same path, the `same`
    count, the sizes `:auto` chose and their predicted against measured speedups;
 4. `hf`: Hugging Face `generate` on the same weights, plain and with a static cache and a
-   compiled step, beside graph `ar`.
+   compiled step, beside graph `ar`;
+5. last, the step ledger (`--profile`, which synchronises, so apart from the timed rows): where a
+   step's time goes, eager and on the graph path.
 
 Each benchmark runs in its own process with the time that is left (`--budget`), so a part that
 fails or overruns is recorded as such and the next one still runs. On a CPU every part runs a
@@ -28,6 +30,7 @@ paths are tested before a GPU sees them; the figures then mean nothing and the r
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -47,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/c
 FULL_METHODS = "ar,draft:4,draft:4@block,medusa:16,medusa:16@pointmass,medusa:32,eagle,parallel,lookup,rest,draft:auto,medusa:auto,eagle:auto,parallel:auto"
 GRAPH_METHODS = "ar,medusa:16,medusa:16@pointmass,medusa:32"  # the methods the graph path records (fastpath.py)
 QUICK_METHODS = "ar,draft:2,medusa:8"
+LEDGER_METHODS = "ar,medusa:32,eagle,parallel,lookup,rest"  # the step ledger's runs (--profile)
 PARTS = ("tests", "kernels", "methods", "hf")
 MIN_RUN_S = 5  # a benchmark run started with less time than this cannot finish: it is left out
 
@@ -155,6 +159,12 @@ def bench_runs(args, device: torch.device, quick: bool) -> list[tuple[str, list[
         if "hf" not in args.skip_parts and dtype == "float32":  # HF beside our fastest ar, on the same weights
             runs.append(("hf-float32", ["--methods", "ar", "--dtype", dtype] + (
                 ["--cuda-graph", "--hf-modes", "hf,hf-static-compiled"] if cuda else ["--hf-modes", "hf,hf-assisted"])))
+    if "methods" not in args.skip_parts:  # last: where a step's time goes (--profile synchronises, so apart)
+        ledger = QUICK_METHODS if quick else LEDGER_METHODS
+        runs.append(("ledger-eager-float32", ["--methods", ledger, "--profile", "--dtype", "float32", "--no-hf"]))
+        if cuda:
+            runs.append(("ledger-graph-float32", ["--methods", GRAPH_METHODS, "--cuda-graph", "--profile",
+                                                  "--dtype", "float32", "--no-hf"]))
     return [(name, argv + common) for name, argv in runs]
 
 
@@ -177,7 +187,8 @@ def bench(name: str, argv: list[str], clock: Clock, tmp: Path) -> dict:
 
 def markdown(report: dict) -> str:
     """The report's tables in the form README.md and walkthrough.md take them."""
-    out = [f"# tinyspec on {report['device']}\n", f"torch {report['torch']}; {report['note']}\n"]
+    out = [f"# tinyspec on {report['device']}\n",
+           f"torch {report['torch']}, triton {report.get('triton') or '-'}; {report['note']}\n"]
     tests = report.get("tests", {})
     out.append(f"GPU tests: {tests.get('summary') or tests.get('skipped') or tests.get('error') or tests.get('timed_out', '-')}\n")
     k = report.get("kernels", {})
@@ -197,7 +208,7 @@ def markdown(report: dict) -> str:
         out.append(f"Kernels: {k.get('skipped') or k.get('error')}\n")
     runs = report.get("runs", [])
     rows = [dict(r, run=run["run"], dtype=run.get("dtype", "-")) for run in runs for r in run.get("rows", [])
-            if not run["run"].startswith("hf")]
+            if run["run"].startswith(("eager", "graph"))]
     if rows:
         out += ["\n## Methods (speedup against ar on the same path)\n",
                 "| path | dtype | method | T | category | tau | tok/s | speedup | predicted | sized | same | weights GB/s |",
@@ -213,6 +224,14 @@ def markdown(report: dict) -> str:
                 "|---|---|---|---|---|---|---|---|"]
         out += [f"| {s['dtype']} | {s['method']} | {s['temperature']:g} | {s['size']} | {s['tau']} | {s['step_cost']} | "
                 f"{s['predicted_speedup']} | {'yes' if s['chosen'] else ''} |" for s in sizing]
+    ledgers = [dict(r, path=run["run"].split("-")[1]) for run in runs if run["run"].startswith("ledger")
+               for r in run.get("rows", []) if r.get("ledger")]
+    if ledgers:
+        parts = ("target", "propose", "rule", "cache", "rest")
+        out += ["\n## Where a step's time goes (--profile, float32; shares of the step)\n",
+                "| path | method | tau | step cost (plain steps) | " + " | ".join(parts) + " |", "|---" * (4 + len(parts)) + "|"]
+        out += [f"| {r['path']} | {r['method']} | {r['tau']} | {r.get('step_cost') or '-'} | "
+                + " | ".join(f"{r['ledger'][p]:.0%}" for p in parts) + " |" for r in ledgers]
     hf = [dict(h, run=run["run"]) for run in runs for h in run.get("huggingface", [])]
     if hf:
         out += ["\n## Hugging Face, same weights\n", "| mode | T | category | tok/s | tinyspec x | same |",
@@ -225,6 +244,10 @@ def markdown(report: dict) -> str:
         out.append("\nNot finished: " + ", ".join(missing + report.get("left_out", [])) + "\n")
     out.append("\nCommands: " + "; ".join(f"`{run['command']}`" for run in runs if "command" in run) + "\n")
     return "\n".join(out)
+
+
+def triton_version() -> str | None:
+    return importlib.metadata.version("triton") if importlib.util.find_spec("triton") else None
 
 
 def target_config(path) -> dict:
@@ -253,7 +276,7 @@ def main(argv=None) -> None:
     quick = args.quick or device.type != "cuda"
     clock, t0 = Clock(args.budget), time.time()
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "quick": quick,
+              "torch": torch.__version__, "quick": quick, "triton": triton_version(),
               "note": "a quick subset: the code paths ran, the figures mean nothing" if quick else "the full report",
               "command": "python -m tinyspec bench report " + " ".join(argv if argv is not None else sys.argv[1:]),
               "runs": [], "left_out": []}
