@@ -94,7 +94,7 @@ def gpu_tests(clock: Clock) -> dict:
     """The kernel's and the graph path's tests, every one (on a GPU they run there), in a
     subprocess: counts, and the tail of its output."""
     if not torch.cuda.is_available():
-        return {"skipped": "no CUDA device: the cuda-marked tests skip themselves"}
+        return {"skipped": "no CUDA device: these tests run on one (on a CPU the suite runs them in the interpreter)"}
     t0 = time.time()
     try:
         p = subprocess.run([sys.executable, "-m", "pytest", "-m", "slow or not slow", "-q", "-p", "no:cacheprovider", *GPU_TESTS],
@@ -171,18 +171,17 @@ def bench_runs(args, device: torch.device, quick: bool) -> list[tuple[str, list[
 def bench(name: str, argv: list[str], clock: Clock, tmp: Path) -> dict:
     """One `python -m tinyspec bench` run in its own process (a CUDA error or an overrun ends it
     alone); its saved report, or why there is none."""
-    save = tmp / f"{name}.json"
-    command = [sys.executable, "-m", "tinyspec", "bench", *argv, "--save", str(save)]
-    t0 = time.time()
+    save, t0 = tmp / f"{name}.json", time.time()
+    shown = {"run": name, "command": "python -m tinyspec bench " + " ".join(argv)}  # less the temporary --save
     try:
-        p = subprocess.run(command, cwd=ROOT, timeout=clock.left(), stdout=2,  # its table to stderr: stdout is the report's
+        p = subprocess.run([sys.executable, "-m", "tinyspec", "bench", *argv, "--save", str(save)], cwd=ROOT,
+                           timeout=clock.left(), stdout=2,  # its table to stderr: stdout is the report's
                            env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1"))
     except subprocess.TimeoutExpired:
-        return {"run": name, "timed_out": round(time.time() - t0, 1), "command": "python -m tinyspec bench " + " ".join(argv)}
+        return shown | {"timed_out": round(time.time() - t0, 1)}
     if p.returncode != 0 or not save.exists():
-        return {"run": name, "exit_status": p.returncode, "command": "python -m tinyspec bench " + " ".join(argv)}
-    shown = "python -m tinyspec bench " + " ".join(argv)  # the command less the temporary --save
-    return dict(json.loads(save.read_text()), run=name, command=shown, seconds=round(time.time() - t0, 1))
+        return shown | {"exit_status": p.returncode}
+    return json.loads(save.read_text()) | shown | {"seconds": round(time.time() - t0, 1)}
 
 
 def markdown(report: dict) -> str:
