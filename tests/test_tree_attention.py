@@ -9,6 +9,7 @@ than contiguous tensors.
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -270,3 +271,11 @@ def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
     reference = tokens()
     model.set_attention(ta.TreeAttention())
     assert tokens() == reference
+
+
+def test_the_launchers_arithmetic_is_ceil_division_and_the_next_power_of_two():
+    """Plain-Python stand-ins for Triton's helpers (which cost microseconds when called from Python)."""
+    for n in range(1, 300):
+        assert ta.next_power_of_2(n) == 2 ** math.ceil(math.log2(n))
+        for d in (1, 2, 16, 32, 64, 256):
+            assert ta.cdiv(n, d) == math.ceil(n / d)

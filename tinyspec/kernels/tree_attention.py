@@ -56,6 +56,17 @@ MAX_TREE = 128  # largest tree (T) handled by the single tree tile of one progra
 BLOCK_N = 64  # prefix keys per inner-loop step (a tile dimension: at least 16)
 MIN_SPLIT_TOKENS = 256  # a split streams at least this many prefix keys, or merging costs more than it saves
 MAX_SPLITS = 64  # cap on prefix splits per head (the merge reads every part)
+
+
+# The launcher's arithmetic, in plain Python: `triton.cdiv` and `triton.next_power_of_2` are Triton
+# functions that also run inside kernels, and a call from Python costs microseconds, which a launch
+# on a GPU cannot afford (at short prefixes the Python of a call costs more than the kernels).
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 COMBINE_ROWS = 16  # tree rows merged by one program of the second kernel
 
 
@@ -86,7 +97,7 @@ def pack_tree_mask(mask: torch.Tensor) -> torch.Tensor:
     if not bool(mask.diagonal().all()):
         raise ValueError("every tree token must attend to itself: the mask's diagonal has a False")
     T = mask.shape[0]
-    W = triton.cdiv(T, 32)
+    W = cdiv(T, 32)
     padded = torch.zeros(T, W * 32, dtype=torch.int64, device=mask.device)
     padded[:, :T] = mask.long()
     bit_values = torch.ones(32, dtype=torch.int64, device=mask.device) << torch.arange(32, device=mask.device)
@@ -270,7 +281,7 @@ def _choose_num_splits(L: int, batch_heads: int, device: torch.device) -> int:
     if device.type != "cuda":
         return 1  # the interpreter runs programs one by one: splitting buys nothing
     programs_wanted = 2 * torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(triton.cdiv(programs_wanted, batch_heads), triton.cdiv(L, MIN_SPLIT_TOKENS), MAX_SPLITS))
+    return max(1, min(cdiv(programs_wanted, batch_heads), cdiv(L, MIN_SPLIT_TOKENS), MAX_SPLITS))
 
 
 def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mask: torch.Tensor,
@@ -301,8 +312,8 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
         raise ValueError(f"head dimension must be 16, 32, 64 or 128, got {D}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share one dtype among fp16, bf16, fp32; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if packed_mask.dtype != torch.int32 or packed_mask.shape != (T, triton.cdiv(T, 32)):
-        raise ValueError(f"packed_mask must be int32 of shape ({T}, {triton.cdiv(T, 32)}) (see pack_tree_mask), "
+    if packed_mask.dtype != torch.int32 or packed_mask.shape != (T, cdiv(T, 32)):
+        raise ValueError(f"packed_mask must be int32 of shape ({T}, {cdiv(T, 32)}) (see pack_tree_mask), "
                          f"got {packed_mask.dtype} {tuple(packed_mask.shape)}")
     if len({q.device, k.device, v.device, packed_mask.device}) != 1:
         raise ValueError(f"all inputs must be on one device, got {q.device}, {k.device}, {v.device}, {packed_mask.device}")
@@ -324,13 +335,13 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
         num_splits, chunk_len = 0, BLOCK_N
     else:
         wanted = num_splits if num_splits is not None else _choose_num_splits(L, B * H, q.device)
-        chunk_len = triton.cdiv(triton.cdiv(L, wanted), BLOCK_N) * BLOCK_N
-        num_splits = triton.cdiv(L, chunk_len)
+        chunk_len = cdiv(cdiv(L, wanted), BLOCK_N) * BLOCK_N
+        num_splits = cdiv(L, chunk_len)
 
     num_parts = num_splits + 1  # the prefix chunks, then the tree tile
     o_part = torch.empty(B * H, num_parts, T, D, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(B * H, num_parts, T, device=q.device, dtype=torch.float32)
-    block_t = max(16, triton.next_power_of_2(T))
+    block_t = max(16, next_power_of_2(T))
     out = torch.empty(B, H, T, D, device=q.device, dtype=q.dtype)
     with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():  # cuda:1 is not the default
         _tree_attention_partial_kernel[(B * H, num_parts)](
@@ -342,7 +353,7 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
             # fp32 tiles are twice as large: three pipelined K/V stages can exceed shared memory
             num_stages=2 if q.dtype == torch.float32 else 3,
         )
-        _merge_parts_kernel[(B * H, triton.cdiv(T, COMBINE_ROWS))](
+        _merge_parts_kernel[(B * H, cdiv(T, COMBINE_ROWS))](
             o_part, lse_part, out, *out.stride(), H, T, num_parts, D=D, ROWS=COMBINE_ROWS,
         )
     return out
