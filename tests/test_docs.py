@@ -862,14 +862,16 @@ def test_the_book_keeps_its_word_budget():
 
 # Prose figures
 # -------------
-# A number quoted in the text (a decimal, a percentage, a grouped integer such as 1,613) comes from
+# A number quoted in the text (a decimal, a percentage, an integer of three or more digits such as
+# 455 or 1,613; counts below 100 are too often not figures) comes from
 # a saved file: the results (docs/**/*.json) or a card (weights/*.md, docs/*.md cards) that its
 # paragraph or an earlier paragraph of its section names (a table's marker counts). Each must be
 # found among that file's numbers, rounded as the text prints it; a number that is no measurement
 # (a constant, a hyperparameter, a section of a paper) or that the text derives from measured ones
 # is named below with why. So a figure cannot go stale when its file is measured again.
 SOURCE = re.compile(r"(?:docs|weights)/[\w/.-]+\.(?:json|md)")
-FIGURE = re.compile(r"(?<![\w.:/=-])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+%)")
+FIGURE = re.compile(r"(?<![\w.:/=,-])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+%|[1-9]\d{2,3}(?![\w.,%]))")
+YEARS = range(1900, 2100)  # a four-digit integer in this range is a year, not a figure
 NOT_SOURCES = {"docs/appendix.md", "docs/example_prompts.txt"}  # prose of its own, not results
 NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("README.md", "33.8", "M tokens of 6,707"): "the size of a datastore the text builds, as its command prints it",
@@ -903,6 +905,12 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "0.40", "at $B = 16$"): "the cost model's formula worked on the table's figures",
     ("walkthrough.md", "10%", "or more between run"): "how far single figures move between runs, a caution",
     ("README.md", "3.5", "x from B = 1 to 16"): "the ratio of the two figures that follow it",
+    ("README.md", "384", "wide, 14.0M"): "the preset's width",
+    ("walkthrough.md", "990", "TFLOP/s of dense"): "a data sheet's figure",
+    ("walkthrough.md", "300", "FLOP/byte"): "a data sheet's ratio (990 TFLOP/s over 3.35 TB/s)",
+    ("walkthrough.md", "128", "cached tokens"): "the example's context length",
+    ("walkthrough.md", "100", ": buckets"): "the hash's modulus",
+    ("walkthrough.md", "1234", ")."): "a seed in a shown command",
 }
 
 
@@ -948,6 +956,8 @@ def prose_figures(doc: Path):
         if sources and not para.lstrip().startswith(("|", "<!--", "```")):
             prose = re.sub(r"```.*?```|\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", lambda m: " " * len(m.group(0)), para, flags=re.S)
             for m in FIGURE.finditer(prose):
+                if m.group(1).isdigit() and int(m.group(1)) in YEARS:
+                    continue
                 yield line + para[:m.start()].count("\n"), m.group(1), para[m.end():m.end() + 20], sorted(set(sources))
         line += para.count("\n")
 
@@ -993,3 +1003,25 @@ def test_the_books_parameter_counts_are_the_models():
     assert f"Four shared-head blocks have {count(MedusaHeads(small.n_embd, 4)):,} parameters" in text
     assert f"four private matrices would add {4 * small.n_embd * small.vocab_size:,}" in text
     assert f"Its {count(EagleHead(small)):,} parameters" in text
+
+
+@pytest.mark.slow
+def test_chapter_8s_eagle_tree_is_the_shipped_weights_tree(capsys):
+    """The worked tree of chapter 8 is what `figures eagle-tree` prints with the shipped weights:
+    the same nodes, marks and step; values within 0.001 (the last digit may round either way on
+    another CPU)."""
+    from tinyspec.commands.figures import eagle_tree
+
+    text = (ROOT / "walkthrough.md").read_text()
+    start = text.index("(`python -m tinyspec figures eagle-tree`):\n\n```\n") + len("(`python -m tinyspec figures eagle-tree`):\n\n```\n")
+    shown = text[start:text.index("```", start)].splitlines()
+    eagle_tree(WEIGHTS / "target.safetensors", WEIGHTS / "eagle.safetensors", WEIGHTS / "tokenizer.tiktoken")
+    printed = capsys.readouterr().out.splitlines()
+    assert len(shown) == len(printed)
+    for book, now in zip(shown, printed):
+        value = re.compile(r" (\d\.\d{3})$")
+        if value.search(book) and value.search(now):
+            assert value.sub("", book) == value.sub("", now)
+            assert abs(float(value.search(book).group(1)) - float(value.search(now).group(1))) <= 0.0015, (book, now)
+        else:
+            assert book == now
