@@ -56,6 +56,7 @@ MAX_TREE = 128  # largest tree (T) handled by the single tree tile of one progra
 BLOCK_N = 64  # prefix keys per inner-loop step (a tile dimension: at least 16)
 MIN_SPLIT_TOKENS = 256  # a split streams at least this many prefix keys, or merging costs more than it saves
 MAX_SPLITS = 64  # cap on prefix splits per head (the merge reads every part)
+COMBINE_ROWS = 16  # tree rows merged by one program of the second kernel
 
 
 # The launcher's arithmetic, in plain Python: `triton.cdiv` and `triton.next_power_of_2` are Triton
@@ -67,7 +68,6 @@ def cdiv(a: int, b: int) -> int:
 
 def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length()
-COMBINE_ROWS = 16  # tree rows merged by one program of the second kernel
 
 
 # The packed mask
