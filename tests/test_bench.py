@@ -339,3 +339,16 @@ def test_a_pass_interleaved_prompt_by_prompt_adds_up_its_runs():
     assert both["new_tokens"] == 5 and both["wall_s"] == 1.5 and both["outputs"] == [[1, 2, 3], [4, 5]]
     assert both["sizes"] == {0: 4, 4: 1} and both["ledger"] == pytest.approx({"target": 1.0, "rest": 0.5})
     assert one["outputs"] == [[1, 2, 3]] and one["ledger"]["target"] == 0.6  # the runs themselves unchanged
+
+
+def test_the_report_sets_each_graph_row_beside_its_eager_one():
+    from tinyspec.commands.report import markdown
+    row = dict(method="medusa:16", temperature=0.0, category="code", tau=2.3, speedup=1.0, weights_GBps=1.0)
+    runs = [{"run": "graph-float32", "dtype": "float32", "rows": [dict(row, tokens_per_s=300.0)],
+             "command": "python -m tinyspec bench --cuda-graph"},
+            {"run": "eager-float32", "dtype": "float32", "rows": [dict(row, tokens_per_s=100.0)],
+             "command": "python -m tinyspec bench"},
+            {"run": "ledger-graph-float32", "rows": [dict(row, ledger={"step": 0.9, "propose": 0.05, "rest": 0.05})]}]
+    md = markdown({"device": "a GPU", "torch": "2", "note": "", "runs": runs})
+    assert "| float32 | medusa:16 | 0 | code | 300.0 | 100.0 | 3.00 |" in md
+    assert "| graph | medusa:16 | 2.3 | - | 0% | 5% | 0% | 0% | 90% | 5% |" in md

@@ -44,7 +44,8 @@ def test_grow_tree_on_the_docstring_example():
              (a, c): dist({g: 0.8, h: 0.1}), (b, e): dist({i: 0.5, j: 0.4})}
     made = []  # the token of every node made so far, to read each node's path
 
-    def expand(nodes, parents, tokens):
+    def expand(nodes, parents, tokens, depth):
+        nodes, parents = nodes.tolist(), parents.tolist()
         for node, t in zip(nodes, tokens.tolist()):
             while len(made) <= node:
                 made.append(None)
@@ -58,7 +59,7 @@ def test_grow_tree_on_the_docstring_example():
             out.append(torch.tensor(table[tuple(path[::-1])]).log())
         return torch.stack(out)
     parents, tokens = grow_tree(torch.tensor(dist({a: 0.6, b: 0.25})).log(), expand, top_k=2, depth=3, total_tokens=4)
-    assert parents == [-1, -1, 0, 2] and tokens.tolist() == [a, b, c, g]
+    assert parents.tolist() == [-1, -1, 0, 2] and tokens.tolist() == [a, b, c, g]
 
 
 def reference_grow(root_logp, logp_after, k, depth, nodes):
@@ -88,13 +89,15 @@ def test_grow_tree_matches_a_plain_reference(k, depth, nodes):
         return logp[path]
     made = []
 
-    def expand(nodes_, parents, tokens):
+    def expand(nodes_, parents, tokens, depth):
+        nodes_, parents = nodes_.tolist(), parents.tolist()
         for node, t in zip(nodes_, tokens.tolist()):
             made.extend([None] * (node + 1 - len(made)))
             made[node] = (made[parents[node]] if parents[node] >= 0 else ()) + (t,)
         return torch.stack([logp_after(made[n]) for n in nodes_])
     root = logp_after(())
     parents, tokens = grow_tree(root, expand, k, depth, nodes)
+    parents = parents.tolist()
     tree = Tree(tuple(parents))  # a valid tree: topological, parents kept
     paths = []
     for p, t in zip(parents, tokens.tolist()):
@@ -108,9 +111,11 @@ def test_sampled_tree_keeps_whole_groups_of_draws():
     V, k = 6, 3
     g = torch.Generator().manual_seed(0)
     logits = {}
-    expand = lambda nodes, parents, tokens: torch.stack([logits.setdefault(n, torch.randn(V, generator=g)) for n in nodes])
+    expand = lambda nodes, parents, tokens, depth: torch.stack([logits.setdefault(n, torch.randn(V, generator=g))
+                                                                for n in nodes.tolist()])
     parents, tokens, q = grow_sampled_tree(torch.randn(V), expand, k, 4, 15, Sampling(1.0),
                                            torch.Generator().manual_seed(1))
+    parents = parents.tolist()
     counts = [parents.count(i) for i in [-1] + list(range(len(parents)))]
     assert len(parents) <= 15 and all(c in (0, k) for c in counts) and counts[0] == k
     assert q.shape == (len(parents) + 1, V)
@@ -322,12 +327,13 @@ def pruned_by_own_value(root_logits, expand, k, depth, nodes, sampling, generato
     drawn per expanded node and the 2 nodes of highest value are kept, so a draw survives
     because of its own sampled value."""
     parents, tokens, q = grow_sampled_tree(root_logits, expand, 4, depth, 64, sampling, generator)
-    value = []
+    parents, value = parents.tolist(), []
     for p, t, row in zip(parents, tokens.tolist(), q[1:]):
         value.append((value[p] if p >= 0 else 0.0) + float(row[t].log()))
     keep = sorted(sorted(range(len(parents)), key=lambda i: (-value[i], i))[:2])
     new = {old: i for i, old in enumerate(keep)}
-    return [new[parents[i]] if parents[i] >= 0 else -1 for i in keep], tokens[keep], q[[0] + [i + 1 for i in keep]]
+    return torch.tensor([new[parents[i]] if parents[i] >= 0 else -1 for i in keep]), tokens[keep], \
+        q[[0] + [i + 1 for i in keep]]
 
 
 def top_k_judged_as_samples(fill):
@@ -336,9 +342,9 @@ def top_k_judged_as_samples(fill):
     def buggy(tree, root_logits, expand, sampled, sampling, generator):
         logits = {-1: root_logits}
 
-        def recording(nodes, parents, tokens):
-            out = expand(nodes, parents, tokens)
-            logits.update(zip(nodes, out))
+        def recording(nodes, parents, tokens, depth):
+            out = expand(nodes, parents, tokens, depth)
+            logits.update(zip(nodes.tolist(), out))
             return out
         tokens, _ = fill(tree, root_logits, recording, False, sampling, generator)
         return tokens, torch.stack([sampling.probs(root_logits)] + [sampling.probs(logits[p]) for p in tree.parents])
@@ -448,7 +454,7 @@ def test_training_on_own_predictions_sees_what_a_draft_chain_sees(counting_gpt, 
                 for d in range(2, depth + 1):  # node d - 2 is d deep: parent the node above (-1: the root)
                     parents.append(len(parents) - 1)
                     tokens.append(int(x[b, anchor + d]))
-                    drafter.expand([len(parents) - 1], parents, torch.tensor(tokens)[-1:])
+                    drafter.expand(torch.tensor([len(parents) - 1]), torch.tensor(parents), torch.tensor(tokens)[-1:], d - 1)
                     torch.testing.assert_close(chains[d - 2][b, a], drafter.feature[len(parents) - 1], atol=1e-4,
                                                rtol=1e-4)
 

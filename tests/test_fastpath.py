@@ -1,20 +1,15 @@
-"""Fixed-shape forwards (the CUDA-graph fast path) against the ordinary forward: the same logits,
-the same cache, the same tokens; on a GPU the recorded graph against the eager one."""
-import random
-
+"""Fixed-shape forwards (the recorded step's forward, and sizing's timing of one) against the
+ordinary forward: the same logits, the same cache; on a GPU the recorded graph against the eager
+one. The whole recorded step is tests/test_step.py's."""
 import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.results import run
 from tinyspec.kernels.fastpath import CUDAGraphForward, FixedForward, fixed_forward
 from tinyspec.kvcache import KVCache
-from tinyspec.methods import Decoder
-from tinyspec.methods.medusa import Medusa
 from tinyspec.model import prefix_mask
-from tinyspec.sampling import Sampling
 
-from conftest import random_gpt, random_heads, random_tree
+from conftest import random_gpt, random_tree
 from test_medusa import TREES
 
 
@@ -41,35 +36,6 @@ def test_fixed_forward_equals_the_ordinary_forward(tree):
     torch.testing.assert_close(fixed_cache.v[:, :, :, :n], ref_cache.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="cache is full"):
         forward(x, 40 - len(depth) + 1)
-
-
-class Counted:
-    """A recorded forward that counts the steps it ran."""
-    def __init__(self, forward):
-        self.forward, self.n, self.calls = forward, forward.n, 0
-
-    def __call__(self, tokens, length):
-        self.calls += 1
-        return self.forward(tokens, length)
-
-
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_fixed_decoding_writes_the_same_tokens(temperature):
-    """Same seed, same tokens: plain decoding and Medusa with fixed-shape forwards against the
-    ordinary loops, over prompts of different lengths that reuse one cache and its forward
-    (longest first, so stale entries sit beyond the shorter prompts)."""
-    model, heads, tree = random_gpt(scale=3.0), random_heads(32, 3, seed=1), TREES["default"]
-    rng = random.Random(0)
-    prompts = [[rng.randrange(64) for _ in range(n)] for n in (20, 3, 9)]
-    sampling = Sampling(temperature)
-    recorded = []
-    record = lambda *a: recorded.append(Counted(fixed_forward(*a))) or recorded[-1]
-    for proposer in (None, Medusa(model, heads, tree=tree)):
-        fixed, ordinary = Decoder(model, proposer, record=record), Decoder(model, proposer)
-        for prompt in prompts:
-            tokens = [run(d.steps(prompt, sampling, torch.Generator().manual_seed(5)), 30).token_ids for d in (fixed, ordinary)]
-            assert tokens[0] == tokens[1], f"{fixed.proposer.name}, prompt of {len(prompt)}"
-        assert recorded[-1].calls > 30  # the recorded forward ran the steps
 
 
 def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
@@ -106,16 +72,3 @@ def test_recorded_graph_replays_the_eager_step():
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert graph_cache.length == eager_cache.length == length + len(tree) + 1
         graph_cache.truncate(21), eager_cache.truncate(21)
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
-@pytest.mark.parametrize("method", ["ar", "medusa"])
-def test_decoding_with_recorded_graphs_writes_the_eager_tokens(method):
-    """float32 on the GPU: a Decoder with cuda_graph against one without, prompt after prompt."""
-    model, heads, tree = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda(), TREES["default"]
-    proposer = Medusa(model, heads, tree=tree) if method == "medusa" else None
-    graph, eager = Decoder(model, proposer, record=fixed_forward), Decoder(model, proposer)
-    for prompt in ([5, 9, 2, 33, 7, 1], [4], list(range(20))):
-        tokens = [run(d.steps(prompt, Sampling(0.0), None), 30).token_ids for d in (graph, eager)]
-        assert tokens[0] == tokens[1], f"{method}, prompt of {len(prompt)}"

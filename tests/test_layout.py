@@ -1,7 +1,8 @@
 """The house: rooms, and imports that point down them, with no circles and no arrows back up.
 
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
-the rooms of `ROOMS`, each a folder, in order: the kernels, the methods, speed, the commands, and
+the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 10, where the
+recorded step runs each method), speed, the commands, and
 `__main__` on top. A file may use only files before it: in CORE or an earlier room, or earlier in
 its own room's order. A room's files not named in its order (a new method, say) come after the
 named ones and before the room's `__init__`, so a new method is one new file and no edit here.
@@ -13,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 
 CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding", "results"]
 ROOMS = {
-    "kernels": ["tree_attention", "fastpath"],
     "methods": ["draft", "medusa", "eagle", "lookup", "lookahead"],
+    "kernels": ["tree_attention", "fastpath", "step"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "commands": ["cli", "data", "optim", "checkpoint", "distill", "train_heads", "train", "peer", "plots", "kernel_bench",
                  "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "assignments", "course"],

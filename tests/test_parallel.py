@@ -117,7 +117,11 @@ def test_a_tree_of_top_k_judged_as_samples_is_caught(tiny_vocab, monkeypatch):
     q it was ranked from, as if its nodes had been drawn from it."""
     def top_k_as_samples(root_logits, expand, k, depth, nodes, sampling, generator):
         parents, tokens = grow_tree(root_logits, expand, k, depth, nodes)
-        rows = [root_logits] + [root_logits if p < 0 else expand([p], parents, tokens[[p]])[0] for p in parents]
+        depth_of = [0]
+        for p in parents.tolist():
+            depth_of.append(depth_of[p + 1] + 1)
+        rows = [root_logits] + [root_logits if p < 0 else expand(torch.tensor([p]), parents, tokens[[p]], depth_of[p + 1])[0]
+                                for p in parents.tolist()]
         return parents, tokens, torch.stack([sampling.probs(r) for r in rows])
     monkeypatch.setattr(parallel_module, "grow_sampled_tree", top_k_as_samples)
     stat, dof = chi_square(three_token_counts(tiny_vocab, "lossless", 2000), tiny_vocab[1])

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Generator
+from typing import Generator
 
 import torch
 
@@ -279,16 +279,14 @@ def layout(root: torch.Tensor, proposal: Proposal | None):
 
 
 def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, sampling: Sampling, size: str,
-           forward: Callable | None = None, clock: Clock = NO_CLOCK) -> list[Verified]:
+           clock: Clock = NO_CLOCK) -> list[Verified]:
     """Steps 3-4 for every row at once: ONE target forward over each row's root and proposal, then
     each row's rule and cache compaction. A row without a proposal takes a plain step: its token
     comes from the target's distribution after its root, as plain decoding takes it (all such rows
-    in one draw). forward(x, L): batch 1, a recorded forward of this many tokens (`kernels/fastpath.py`).
-    Sets each row's next root."""
+    in one draw). Sets each row's next root."""
     if all(prop is None for prop in proposals):  # every row a plain step: plain decoding's step, nothing more
         with clock.part("target"):
-            h = feed(target, cache, [r.root.view(1) for r in rows]) if forward is None or len(rows) > 1 else \
-                [forward(rows[0].root.view(1), cache.lengths[0])[1][0]]
+            h = feed(target, cache, [r.root.view(1) for r in rows])
             tokens = sample_rows(sampling.probs(target.lm_head(last(h))), rows, sampling)
         kept = torch.zeros(1, dtype=torch.long, device=h[0].device)
         for r, token in zip(rows, tokens):
@@ -297,13 +295,9 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
     before = list(cache.lengths)
     fed = [layout(r.root, prop) for r, prop in zip(rows, proposals)]
     with clock.part("target"):
-        if forward is not None and len(rows) == 1 and len(fed[0][0]) == forward.n:
-            logits, hidden = forward(fed[0][0], before[0])
-            h, judged = [hidden[0]], [logits[0] if fed[0][3] is None else logits[0][fed[0][3]]]
-        else:
-            h = feed(target, cache, [f[0] for f in fed], [f[1] for f in fed], [f[2] for f in fed])
-            wanted = [x if f[3] is None else x[f[3]] for x, f in zip(h, fed)]  # the root's and the nodes' only
-            judged = target.lm_head(torch.cat(wanted)).split([len(x) for x in wanted])  # one LM-head product
+        h = feed(target, cache, [f[0] for f in fed], [f[1] for f in fed], [f[2] for f in fed])
+        wanted = [x if f[3] is None else x[f[3]] for x, f in zip(h, fed)]  # the root's and the nodes' only
+        judged = target.lm_head(torch.cat(wanted)).split([len(x) for x in wanted])  # one LM-head product
     out: list[Verified | None] = [None] * len(rows)
     plain = [b for b, prop in enumerate(proposals) if prop is None or prop.tree is None]
     if plain:  # the plain steps' tokens all at once, as plain decoding takes them
@@ -337,7 +331,7 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
 @torch.no_grad()
 def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: Sampling, generators: list,
            shapes: dict | None = None, policy=None, rule: str = "greedy", cache: KVCache | None = None,
-           forward: Callable | None = None, clock: Clock = NO_CLOCK) -> Steps:
+           clock: Clock = NO_CLOCK) -> Steps:
     """Decode every row (prompt i is row i, sampling with generators[i]) with `proposer`; yields
     what each target forward gave each row.
 
@@ -345,9 +339,8 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
     size (none: plain decoding); policy: chooses a size of `shapes` (or a plain step) every step
     and hears what was accepted (`speed/policy.py`). rule: the acceptance rule's name
     (`verify.RULES`, as the proposer reads it: `Proposer.rule`). cache: the target's, reused if given (emptied first), with room for
-    the context and one step. forward(x, L): batch 1, a recorded forward (`kernels/fastpath.py`)
-    used for every step that feeds as many tokens as it was recorded for. clock: times the parts
-    of each step (`speed/ledger.py`)."""
+    the context and one step. clock: times the parts of each step (`speed/ledger.py`). (The same
+    step written for the device, recorded once as a CUDA graph: `kernels/step.py`.)"""
     shapes = shapes or {}
     fixed = next(iter(shapes), None) if policy is None else None
     n_ctx = min(target.config.n_ctx, proposer.n_ctx or target.config.n_ctx)
@@ -369,7 +362,7 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
             with clock.part("propose"):
                 proposals = proposer.propose(rows, shapes[size], [n_ctx - 1 - L for L in cache.lengths], sampling,
                                              sampled)
-        verified = verify(target, cache, rows, proposals, accept, sampling, size, forward, clock)  # 3-4
+        verified = verify(target, cache, rows, proposals, accept, sampling, size, clock)  # 3-4
         for r, v in zip(rows, verified):
             r.text += v.step.tokens
         if shapes:  # 5. what the proposer keeps between steps (a plain step's tokens too: its index, its features)
@@ -382,10 +375,10 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
 
 
 def autoregressive(target: GPT, prompts: list[list[int]], sampling: Sampling, generators: list,
-                   cache: KVCache | None = None, forward: Callable | None = None) -> Steps:
+                   cache: KVCache | None = None) -> Steps:
     """Plain decoding: one target forward per token, for every row at once; the baseline every
     speedup is against. The loop with a proposer that proposes nothing."""
-    return decode(target, Proposer(), prompts, sampling, generators, cache=cache, forward=forward)
+    return decode(target, Proposer(), prompts, sampling, generators, cache=cache)
 
 
 # ---- a method ready for prompt after prompt ------------------------------------------------------
@@ -427,13 +420,12 @@ class Decoder:
     proposer: the method (default: plain decoding); size: the size every step takes (default:
     the method's default size), or policy: a `speed/policy.Policy` that chooses each step's size,
     or a plain step, from the sizes it knows; rule: the acceptance rule's name (default: see
-    `default_rule`); record(model, cache, shape): makes a fixed-shape forward over the cache, for
-    plain decoding or a method at one fixed tree (`kernels/fastpath.fixed_forward`, a CUDA graph on
-    a GPU). The target's cache at batch 1 (and the recorded forward) are made once, here, and every
-    prompt reuses them; a batch makes its own."""
+    `default_rule`). The target's cache at batch 1 is made once, here, and every prompt reuses it;
+    a batch makes its own. (`kernels/step.Recorded` runs a method at one size the same way, its
+    whole step recorded as one CUDA graph.)"""
 
     def __init__(self, target: GPT, proposer: Proposer | None = None, size: str | None = None, policy=None,
-                 rule: str | None = None, record: Callable | None = None):
+                 rule: str | None = None):
         self.target, self.proposer, self.policy, self.rule = target, proposer or Proposer(), policy, rule
         if policy is not None:
             self.shapes = {s: self.proposer.shape(s) for s in policy.promise}
@@ -443,12 +435,7 @@ class Decoder:
         self.size = None if policy is not None else next(iter(self.shapes), None)
         room = max((self.proposer.room(s) for s in self.shapes.values()), default=0)
         self.cache = KVCache.for_model(target, target.config.n_ctx + room + 1)
-        self.forward, self.clock = None, NO_CLOCK
-        if record is not None:  # recorded now, while the cache is empty
-            shapes = list(self.shapes.values())
-            if policy is not None or not (not shapes or isinstance(shapes[0], Tree)):
-                raise ValueError("a recorded forward has one shape: plain decoding, or a method at one fixed tree")
-            self.forward = record(target, self.cache, shapes[0] if shapes else None)
+        self.clock = NO_CLOCK
 
     def steps(self, prompt: list[int], sampling: Sampling, generator) -> Steps:
         """The loop for one prompt (drive it with `results.run`)."""
@@ -456,12 +443,10 @@ class Decoder:
 
     def batch_steps(self, prompts: list[list[int]], sampling: Sampling, generators: list) -> Steps:
         """The loop for these prompts, prompt i row i, generators[i] its own (drive it with
-        `results.run_batch`). Batch 1 reuses the cache (and the recorded forward) made here."""
+        `results.run_batch`). Batch 1 reuses the cache made here."""
         problem = rule_problem(self.proposer, self.rule, sampling.temperature)
         if problem:
             raise ValueError(problem)
-        if self.forward is not None and len(prompts) > 1:
-            raise ValueError("a recorded forward decodes one prompt at a time")
         proposer, shapes, policy = self.proposer, self.shapes, self.policy
         if policy is not None:
             policy.reset()  # a new text: the policy's acceptance starts from its promise again
@@ -471,4 +456,4 @@ class Decoder:
                 proposer, shapes, policy = Proposer(), {}, None
         own = self.cache if len(prompts) == 1 else None
         return decode(self.target, proposer, prompts, sampling, generators, shapes, policy,
-                      default_rule(self.proposer, self.rule, sampling.temperature), own, self.forward, self.clock)
+                      default_rule(self.proposer, self.rule, sampling.temperature), own, self.clock)

@@ -41,8 +41,8 @@ def probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = No
           top_p: float | None = None) -> torch.Tensor:
     """Processed next-token distribution over the last dim of `logits` (..., V), in float32:
     temperature (0 = one-hot at the argmax), then top-k, then top-p, renormalised."""
-    if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    if temperature == 0:  # (a scatter, not F.one_hot, which reads its input back to check it)
+        return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
@@ -64,10 +64,9 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     together are distributed exactly as p. The mass is 0 only when p <= q everywhere, i.e.
     p == q, where rejection has probability 0 and only rounding gets here: then p itself."""
     r = (p - q).clamp(min=0)
-    mass = r.sum(-1, keepdim=True)
-    if bool((mass > 0).all()):  # the usual case, with one host read, as every caller samples next anyway
-        return r / mass
+    mass = r.sum(-1, keepdim=True)  # chosen on the device, not by reading the mass back (kernels/step.py)
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p / p.sum(-1, keepdim=True))
+
 
 def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token per row of a distribution (..., V); returns (...) long.
@@ -77,13 +76,19 @@ def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.T
     drawn, and a one-hot (greedy) distribution always gives its token. For one row of a large
     vocabulary this is several times faster than torch.multinomial on a CPU, which matters in a
     loop that samples once per decoded token. float64 keeps tiny probabilities' share."""
-    cdf = p.reshape(-1, p.shape[-1]).double().cumsum(-1)  # (rows, V)
-    total = cdf[:, -1:]
+    total = p.sum(-1)
     ok = total.item() > 0 if total.numel() == 1 else bool((total > 0).all())  # (one row: the cheap check)
     if not ok:  # NaN (which compares False) or no mass: there is nothing to sample
         raise ValueError("cannot sample from a distribution that is NaN or all zero (did the logits overflow?)")
-    u = 1 - torch.rand(cdf.shape[0], 1, device=p.device, generator=generator, dtype=torch.float64)
-    return torch.searchsorted(cdf, u * total).reshape(p.shape[:-1])
+    return draw(p, torch.rand(p.shape[:-1], device=p.device, generator=generator, dtype=torch.float64))
+
+
+def draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`sample` with its uniform numbers u (...) in [0, 1) given, and nothing read back to the host:
+    the token is the first whose cumulative mass reaches (1 - u) * total (1 - u is in (0, 1], so a
+    token of mass 0 before the first that has any is never drawn)."""
+    cdf = p.double().cumsum(-1)  # (..., V)
+    return torch.searchsorted(cdf, ((1 - u.double()) * cdf[..., -1]).unsqueeze(-1)).squeeze(-1).clamp(max=p.shape[-1] - 1)
 
 
 @dataclass

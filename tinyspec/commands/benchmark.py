@@ -32,7 +32,7 @@ from ..decoding import PLAIN
 
 from ..results import run, run_batch, size_order
 from ..decoding import Decoder
-from ..kernels.fastpath import fixed_forward
+from ..kernels.step import PARTS, Recorded, refusal
 from ..methods import METHODS, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
@@ -68,7 +68,7 @@ class Runner:
                  sizing_prompts=None, remeasure=False):
         self.target, self.proposers, self.device = target, proposers, device  # proposers: {method: Proposer}
         self.max_rows = max_rows  # the largest batch, for the policy of a method at size auto
-        self.cuda_graph = cuda_graph  # CUDA graphs for ar and medusa at a fixed size (kernels/fastpath.py)
+        self.cuda_graph = cuda_graph  # each method at a fixed size as one recorded step (kernels/step.py)
         self.max_new, self.seed = max_new_tokens, seed
         self.sizing_prompts, self.remeasure = sizing_prompts, remeasure
         self.decoders = {}  # one per spec (and sampling, at size auto), made on first use and reused for every prompt
@@ -98,9 +98,10 @@ class Runner:
             if auto:  # Medusa's batch policy measures its forward costs now (auto.BatchPolicy)
                 policy = policy_for(self.target, proposer, rule, sampling, self.sizing_prompts, self.max_rows,
                                     self.remeasure, self.progress)[0]
-            graph = self.cuda_graph and not auto and name in ("ar", "medusa")  # drafts run eagerly
-            self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy, rule,
-                                         fixed_forward if graph else None)
+            if self.cuda_graph and not auto and name in PARTS:  # (lookahead and sized policies run eagerly)
+                self.decoders[key] = Recorded(self.target, proposer, size_ or None, rule)
+            else:
+                self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy, rule)
         return self.decoders[key]
 
     def run(self, spec, prompts, sampling, first: int = 0) -> dict:
@@ -179,7 +180,7 @@ def summarise(spec, temperature, category, passes, runner, ar_passes) -> dict:
         row["alpha"] = round(first["accepted"] / (first["accepted"] + first["rejections"]), 4)
     if "ledger" in first:  # as shares of the pass
         row["ledger"] = {part: round(s / first["wall_s"], 3) for part, s in first["ledger"].items()}
-    sizing = runner.sizing(name, rule, Sampling(temperature))
+    sizing = None if runner.cuda_graph else runner.sizing(name, rule, Sampling(temperature))  # (it prices eager steps)
     if sizing is not None:  # the cost model: each step the pass took at its measured cost (sizing.py)
         ar = ar_passes[0]
         ours = sizing.predicted_s(first["fed"], first["prompts"], first["prefill_s"])  # None: a size never timed
@@ -229,9 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
-    ap.add_argument("--cuda-graph", action="store_true", help="ar and medusa steps at a fixed size as recorded CUDA "
-                    "graphs (kernels/fastpath.py; CUDA only; speedups are then against ar on the graph path); other "
-                    "rows run eagerly")
+    ap.add_argument("--cuda-graph", action="store_true", help="every method at a fixed size as one recorded step, "
+                    "replayed as a CUDA graph (kernels/step.py; CUDA only; speedups are then against ar on the graph "
+                    "path); lookahead and :auto rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
     ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
@@ -307,8 +308,11 @@ def prepare(args, per_category: int | None = None):
     use_attention(target, args.attn, device)
     proposers = {name: load_method(name, args, target, enc, device, dtype) for name in dict.fromkeys(n for n, _, _ in specs)}
     n_ctx = min(target.config.n_ctx, *(p.n_ctx or target.config.n_ctx for p in proposers.values()))
-    for name, size_, _ in specs:
+    for name, size_, rule in specs:
         parse_size(proposers[name], size_ or None, n_ctx, f"--methods {label((name, size_, None))}")  # one line if not
+        problem = args.cuda_graph and name in PARTS and size_ != "auto" and refusal(proposers[name], rule)
+        if problem:  # (lookahead and :auto rows run eagerly)
+            die(f"--methods {label((name, size_, rule))} with --cuda-graph: {problem}")
     for c in categories:
         if not prompts[c]:
             die(f"no prompts of category {c} in {args.prompts}")

@@ -194,10 +194,10 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
     drafter = HeadDrafter(head, target.transformer.wte, target.lm_head, head.new_cache(256))
     made = []  # (parent, token, log value) of every node grow_tree makes, in its order
 
-    def expand(node_ids, parents, tokens):
-        logits = drafter.expand(node_ids, parents, tokens)
+    def expand(chosen, parents, tokens, d):
+        logits = drafter.expand(chosen, parents, tokens, d)
         top = torch.log_softmax(logits, -1).topk(top_k)
-        for n, ts, vs in zip(node_ids, top.indices.tolist(), top.values.tolist()):
+        for n, ts, vs in zip(chosen.tolist(), top.indices.tolist(), top.values.tolist()):
             made.extend((n, t, made[n][2] + v) for t, v in zip(ts, vs))
         return logits
 
@@ -208,13 +208,13 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
     made += [(-1, t, v) for t, v in zip(top.indices.tolist(), top.values.tolist())]
     parents, tokens = grow_tree(root_logits, expand, top_k, depth, total_tokens)
     drafter.rollback()
-    [verified] = verify(target, cache, [Row(0, [], None, root[0])], [Proposal(tokens, Tree(tuple(parents)))], greedy,
+    [verified] = verify(target, cache, [Row(0, [], None, root[0])], [Proposal(tokens, Tree(tuple(parents.tolist())))], greedy,
                         Sampling(0.0), f"{top_k},{depth},{total_tokens}")
     step = verified.step
 
     def path(i, made_):
         return () if i < 0 else path(made_[i][0], made_) + (made_[i][1],)
-    kept = {path(i, list(zip(parents, tokens.tolist()))) for i in range(len(parents))}
+    kept = {path(i, list(zip(parents.tolist(), tokens.tolist()))) for i in range(len(parents))}
 
     def draw(parent, indent):
         kids = [i for i, n in enumerate(made) if n[0] == parent]

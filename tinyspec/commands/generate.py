@@ -32,7 +32,7 @@ from tqdm import tqdm
 from ..decoding import ACCEPTED, BONUS, CORRECTION, Decoder, Step
 
 from ..results import run, run_batch
-from ..kernels.fastpath import fixed_forward
+from ..kernels.step import Recorded
 from ..methods import METHODS, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
@@ -139,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
     ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU, see README: a second "
                     "thread gains little on these small models and costs several times over on a busy machine)")
-    ap.add_argument("--cuda-graph", action="store_true", help="run each step's verifying forward as a captured "
-                    "CUDA graph (plain decoding, or a method at one fixed tree: medusa): no Python or launch overhead")
+    ap.add_argument("--cuda-graph", action="store_true", help="run the whole step (proposing, the target's forward, "
+                    "the rule, the cache) as one CUDA graph, recorded once and replayed (kernels/step.py): no Python "
+                    "or launch overhead inside a step; every method but lookahead, at a fixed size, batch 1")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
     ap.add_argument("--remeasure", action="store_true", help="with --size auto: measure the sizes again "
                     "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
@@ -197,9 +198,8 @@ def generate(args) -> None:
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
     if args.cuda_graph and (device.type != "cuda" or args.attn == "triton" or args.batch_size > 1 or
-                            args.size == "auto" or args.method not in ("ar", "medusa")):
-        die("--cuda-graph needs a CUDA device (--device cuda), --attn torch, batch size 1 and one fixed shape: "
-            "--method ar, or medusa at a fixed --size")
+                            args.size == "auto"):
+        die("--cuda-graph needs a CUDA device (--device cuda), --attn torch, batch size 1 and a fixed --size")
     if args.attn == "triton" and args.batch_size > 1:
         die("--attn triton takes one mask for all rows; a batch, whose rows have their own lengths, needs --attn torch")
     prompts = read_prompts(args)
@@ -224,8 +224,8 @@ def generate(args) -> None:
                                               progress=lambda text: bar.set_description_str(text))
         print(line, file=sys.stderr)
     try:
-        decoder = Decoder(model, proposer, None if size == "auto" else size, policy, args.accept,
-                          fixed_forward if args.cuda_graph else None)
+        decoder = Recorded(model, proposer, size, args.accept) if args.cuda_graph else \
+            Decoder(model, proposer, None if size == "auto" else size, policy, args.accept)
     except ValueError as e:
         die(str(e))
     colour = args.show and use_colour(args.color, sys.stdout)

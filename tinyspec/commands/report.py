@@ -7,20 +7,20 @@ On the current device it runs these parts, in this order, and rewrites DIR/repor
 DIR/report.md (the tables as they go into README.md and walkthrough.md) after each one, so that
 a run cut short keeps what it finished:
 
-1. `tests`: the kernel's and the graph path's tests on the GPU (the kernel against its PyTorch
-   reference, bf16 cases, the recorded CUDA graph against the eager forward, graph and kernel
-   decoding against eager decoding);
-2. `kernels`: Triton tree attention against SDPA with the dense mask, SDPA with no mask (flash
-   attention, a floor) and FlexAttention, microseconds and the K+V bandwidth reached as a
-   fraction of the measured copy bandwidth: a sweep of prefix splits at L = 16k, T = 64, the
-   decoding benchmark's own shapes, and long prefixes; each output checked against the reference;
-3. `methods`: greedy decoding of held-out code, one prompt at a time, float32 then bfloat16,
-   eager and with CUDA graphs, each path's speedups against `ar` on the same path, the `same`
-   count, the sizes `:auto` chose and their predicted against measured speedups;
-4. `hf`: Hugging Face `generate` on the same weights, plain and with a static cache and a
-   compiled step, beside graph `ar`;
-5. last, the step ledger (`--profile`, which synchronises, so apart from the timed rows): where a
-   step's time goes, eager and on the graph path.
+1. `tests`: the GPU tests of the recorded step, the fixed-shape forward and the kernel (the
+   replayed graph against the readable loop, the recording against the eager forward, the kernel
+   against its PyTorch reference);
+2. `methods`: held-out code, one prompt at a time: every method's recorded step replayed as a
+   CUDA graph (`kernels/step.py`) in float32 at T = 0 and 1, beside `ar` on the same path; the
+   same methods eager (the readable loop), so each graph step meets its eager one; bfloat16;
+   each row's tau, tokens/s, speedup against `ar` on its path and, greedy, the `same` count;
+4. `hf`: Hugging Face `generate` on the same weights, with a static cache and a compiled step,
+   beside graph `ar`;
+5. the step ledger (`--profile`, which synchronises, so apart from the timed rows): where a
+   step's time goes, on the graph path (the replay, the host's proposing, the rest) and eager;
+6. last, `kernels`: Triton tree attention against SDPA with the dense mask, SDPA with no mask and
+   FlexAttention: a sweep of prefix splits at L = 16k, T = 64, the decoding benchmark's shapes,
+   long prefixes; each output checked against the reference.
 
 Each benchmark runs in its own process with the time that is left (`--budget`), so a part that
 fails or overruns is recorded as such and the next one still runs. On a CPU every part runs a
@@ -47,10 +47,8 @@ from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, exam
 from ..files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
-FULL_METHODS = "ar,draft:4,draft:4@block,medusa:16,medusa:16@pointmass,medusa:32,eagle,parallel,lookup,rest,draft:auto,medusa:auto,eagle:auto,parallel:auto"
-GRAPH_METHODS = "ar,medusa:16,medusa:16@pointmass,medusa:32"  # the methods the graph path records (fastpath.py)
+STEP_METHODS = "ar,draft:4,medusa:16,medusa:32,eagle,parallel,lookup,rest"  # each with a recorded step (kernels/step.py)
 QUICK_METHODS = "ar,draft:2,medusa:8"
-LEDGER_METHODS = "ar,medusa:32,eagle,parallel,lookup,rest"  # the step ledger's runs (--profile)
 PARTS = ("tests", "kernels", "methods", "hf")
 MIN_RUN_S = 5  # a benchmark run started with less time than this cannot finish: it is left out
 
@@ -63,9 +61,10 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="a tiny subset of every part (always on a CPU)")
     ap.add_argument("--budget", type=float, help="seconds for the whole report: parts that no longer fit are "
                     "left out and named in the report (default: no limit)")
-    ap.add_argument("--methods", help=f"the eager methods table's methods (default: {FULL_METHODS}; --quick: {QUICK_METHODS})")
+    ap.add_argument("--methods", help=f"the methods tables' methods (default: {STEP_METHODS}; --quick: {QUICK_METHODS})")
     ap.add_argument("--categories", default="code", help="held-out prompt categories (default: code)")
-    ap.add_argument("--temperatures", default="0", help="sampling temperatures, 0 = greedy (default: 0)")
+    ap.add_argument("--temperatures", default="0,1", help="the graph path's sampling temperatures, 0 = greedy; the "
+                    "eager rows are greedy")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="the methods tables' dtypes, in order")
     ap.add_argument("--prompts-per-category", type=int, default=4, help="held-out prompts per category")
     ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens per prompt")
@@ -87,17 +86,17 @@ class Clock:
         return cap if left is None else left if cap is None else min(cap, left)
 
 
-GPU_TESTS = ["tests/test_tree_attention.py", "tests/test_fastpath.py"]  # every test there, on the GPU
+GPU_TESTS = ["tests/test_step.py", "tests/test_fastpath.py", "tests/test_tree_attention.py"]  # their GPU tests
 
 
 def gpu_tests(clock: Clock) -> dict:
-    """The kernel's and the graph path's tests, every one (on a GPU they run there), in a
-    subprocess: counts, and the tail of its output."""
+    """The recorded step's, the fixed-shape forward's and the kernel's GPU tests (`-m cuda`; the
+    rest of those files runs on a CPU in CI), in a subprocess: counts, and the tail of its output."""
     if not torch.cuda.is_available():
-        return {"skipped": "no CUDA device: these tests run on one (on a CPU the suite runs them in the interpreter)"}
+        return {"skipped": "no CUDA device: these tests run on one (on a CPU the suite runs the rest)"}
     t0 = time.time()
     try:
-        p = subprocess.run([sys.executable, "-m", "pytest", "-m", "slow or not slow", "-q", "-p", "no:cacheprovider", *GPU_TESTS],
+        p = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", *GPU_TESTS],
                            cwd=ROOT, capture_output=True, text=True, timeout=clock.left(150),
                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
     except subprocess.TimeoutExpired as e:
@@ -141,31 +140,35 @@ def kernels(device: torch.device, quick: bool, clock: Clock, config: dict) -> di
 
 
 def bench_runs(args, device: torch.device, quick: bool) -> list[tuple[str, list[str]]]:
-    """(name, argv) of each `python -m tinyspec bench` run of the methods and hf parts."""
-    common = ["--temperatures", "0" if quick else args.temperatures, "--categories", "code" if quick else args.categories,
+    """(name, argv) of each `python -m tinyspec bench` run of the methods and hf parts, most wanted
+    first: the graph path in float32 (what the recorded step buys), then its eager twin, bfloat16,
+    Hugging Face, the ledgers."""
+    common = ["--categories", "code" if quick else args.categories,
               "--prompts-per-category", "1" if quick else str(args.prompts_per_category),
               "--max-new-tokens", "8" if quick else str(args.max_new_tokens),
               "--repeats", "1" if quick else str(args.repeats)]
     for flag in ("model", "draft", "heads", "tokenizer"):
         if getattr(args, flag):
             common += [f"--{flag}", getattr(args, flag)]
-    cuda, runs = device.type == "cuda", []
-    for dtype in args.dtypes.split(","):
-        if "methods" not in args.skip_parts:
-            runs.append((f"eager-{dtype}", ["--methods", args.methods or (QUICK_METHODS if quick else FULL_METHODS),
-                                            "--dtype", dtype, "--no-hf"]))
+    cuda, methods = device.type == "cuda", args.methods or (QUICK_METHODS if quick else STEP_METHODS)
+    run = lambda name, dtype, *argv: (name, [*argv, "--dtype", dtype, *common])
+    runs = []
+    if "methods" not in args.skip_parts:
+        for dtype in args.dtypes.split(","):
             if cuda:
-                runs.append((f"graph-{dtype}", ["--methods", GRAPH_METHODS, "--cuda-graph", "--dtype", dtype, "--no-hf"]))
-        if "hf" not in args.skip_parts and dtype == "float32":  # HF beside our fastest ar, on the same weights
-            runs.append(("hf-float32", ["--methods", "ar", "--dtype", dtype] + (
-                ["--cuda-graph", "--hf-modes", "hf,hf-static-compiled"] if cuda else ["--hf-modes", "hf,hf-assisted"])))
-    if "methods" not in args.skip_parts:  # last: where a step's time goes (--profile synchronises, so apart)
-        ledger = QUICK_METHODS if quick else LEDGER_METHODS
-        runs.append(("ledger-eager-float32", ["--methods", ledger, "--profile", "--dtype", "float32", "--no-hf"]))
+                runs.append(run(f"graph-{dtype}", dtype, "--methods", methods, "--cuda-graph", "--temperatures",
+                                args.temperatures, "--no-hf"))
+            runs.append(run(f"eager-{dtype}", dtype, "--methods", methods, "--temperatures", "0", "--no-hf"))
+    if "hf" not in args.skip_parts:  # HF beside our fastest ar, on the same weights
+        runs.append(run("hf-float32", "float32", "--methods", "ar", "--temperatures", "0", *(
+            ["--cuda-graph", "--hf-modes", "hf-static-compiled"] if cuda else ["--hf-modes", "hf"])))
+    if "methods" not in args.skip_parts:  # where a step's time goes (--profile synchronises, so apart)
         if cuda:
-            runs.append(("ledger-graph-float32", ["--methods", GRAPH_METHODS, "--cuda-graph", "--profile",
-                                                  "--dtype", "float32", "--no-hf"]))
-    return [(name, argv + common) for name, argv in runs]
+            runs.append(run("ledger-graph-float32", "float32", "--methods", methods, "--cuda-graph", "--profile",
+                            "--temperatures", "0", "--no-hf"))
+        runs.append(run("ledger-eager-float32", "float32", "--methods", methods, "--profile", "--temperatures", "0",
+                        "--no-hf"))
+    return runs
 
 
 def bench(name: str, argv: list[str], clock: Clock, tmp: Path) -> dict:
@@ -216,6 +219,14 @@ def markdown(report: dict) -> str:
                 f"{r['tokens_per_s']} | {r['speedup']} | {r.get('predicted_speedup') or '-'} | {r.get('sized') or '-'} | "
                 f"{r.get('same_as_ar', '-')} | {r['weights_GBps']}"
                 f"{' (' + format(r['of_copy_bandwidth'], '.0%') + ')' if 'of_copy_bandwidth' in r else ''} |" for r in rows]
+    eager = {(r["dtype"], r["method"], r["temperature"], r["category"]): r for r in rows if r["run"].startswith("eager")}
+    pairs = [(r, eager[key]) for r in rows if r["run"].startswith("graph")
+             and (key := (r["dtype"], r["method"], r["temperature"], r["category"])) in eager]
+    if pairs:
+        out += ["\n## The recorded step against the readable loop (graph over eager, same method)\n",
+                "| dtype | method | T | category | graph tok/s | eager tok/s | graph / eager |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {g['dtype']} | {g['method']} | {g['temperature']:g} | {g['category']} | {g['tokens_per_s']} | "
+                f"{e['tokens_per_s']} | {g['tokens_per_s'] / e['tokens_per_s']:.2f} |" for g, e in pairs]
     sizing = [dict(s, dtype=run.get("dtype", "-")) for run in runs if run["run"].startswith("eager")
               for s in run.get("sizing", [])]
     if sizing:
@@ -226,11 +237,11 @@ def markdown(report: dict) -> str:
     ledgers = [dict(r, path=run["run"].split("-")[1]) for run in runs if run["run"].startswith("ledger")
                for r in run.get("rows", []) if r.get("ledger")]
     if ledgers:
-        parts = ("target", "propose", "rule", "cache", "rest")
+        parts = ("target", "propose", "rule", "cache", "step", "rest")  # step: a recorded step's replay, all four
         out += ["\n## Where a step's time goes (--profile, float32; shares of the step)\n",
                 "| path | method | tau | step cost (plain steps) | " + " | ".join(parts) + " |", "|---" * (4 + len(parts)) + "|"]
         out += [f"| {r['path']} | {r['method']} | {r['tau']} | {r.get('step_cost') or '-'} | "
-                + " | ".join(f"{r['ledger'][p]:.0%}" for p in parts) + " |" for r in ledgers]
+                + " | ".join(f"{r['ledger'].get(p, 0):.0%}" for p in parts) + " |" for r in ledgers]
     hf = [dict(h, run=run["run"]) for run in runs for h in run.get("huggingface", [])]
     if hf:
         out += ["\n## Hugging Face, same weights\n", "| mode | T | category | tok/s | tinyspec x | same |",
@@ -297,8 +308,6 @@ def main(argv=None) -> None:
 
     if "tests" not in args.skip_parts:
         part("tests", lambda: gpu_tests(clock))
-    if "kernels" not in args.skip_parts:
-        part("kernels", lambda: kernels(device, quick, clock, target_config(args.model or WEIGHTS / "target.safetensors")))
     with tempfile.TemporaryDirectory() as tmp:
         for name, bench_argv in bench_runs(args, device, quick):
             if clock.left(MIN_RUN_S) < MIN_RUN_S:
@@ -308,6 +317,8 @@ def main(argv=None) -> None:
             report["runs"].append(bench(name, bench_argv, clock, Path(tmp)))
             report["seconds"] = round(time.time() - t0, 1)
             save(out, report)
+    if "kernels" not in args.skip_parts:  # last: measured in full before, the recorded step is newer
+        part("kernels", lambda: kernels(device, quick, clock, target_config(args.model or WEIGHTS / "target.safetensors")))
     report["seconds"] = round(time.time() - t0, 1)
     save(out, report)
     print(markdown(report))

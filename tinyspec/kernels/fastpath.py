@@ -51,12 +51,12 @@ class SlotWriter:
 
 
 def slot_mask(tree_mask: torch.Tensor, length: torch.Tensor, max_len: int) -> torch.Tensor:
-    """(n, max_len) bool: every slot below L (a 0-d device tensor), then `tree_mask` (n, n) at
-    slots L .. L + n - 1, and nothing beyond."""
-    n = tree_mask.shape[0]
+    """(n, max_len) bool: every slot below L (a device tensor of one element), then `tree_mask`
+    (n, m) at slots L .. L + m - 1 (m = n: the new tokens among themselves), and nothing beyond."""
+    m = tree_mask.shape[1]
     rel = torch.arange(max_len, device=tree_mask.device) - length  # slot s holds new token s - L
-    in_step = (rel >= 0) & (rel < n)
-    return (rel < 0) | (tree_mask[:, rel.clamp(0, n - 1)] & in_step)
+    in_step = (rel >= 0) & (rel < m)
+    return (rel < 0) | (tree_mask[:, rel.clamp(0, m - 1)] & in_step)
 
 
 class FixedForward:

@@ -122,14 +122,17 @@ class EagleHead(nn.Module):
 
 # ---- the draft tree --------------------------------------------------------------------------
 #
-# A tree grows as lists: parents[i] (-1 = child of the root) and tokens[i], in the order nodes
-# are made, which is topological. `expand(node_ids, parents, tokens)` runs the head once over the
-# listed nodes (each on its parent's predicted feature and its own token, seeing its ancestors)
-# and returns their logits (len(node_ids), V): the draft's distribution of each node's children.
+# A tree grows node by node: parents[i] (-1 = child of the root) and tokens[i], in the order nodes
+# are made, which is topological. `expand(chosen, parents, tokens, depth)` runs the head once over
+# the chosen nodes (chosen (e,): their indices, all `depth` deep; parents: every node's so far;
+# tokens (e,): theirs), each on its parent's predicted feature and its own token, seeing its
+# ancestors, and returns their logits (e, V): the draft's distribution of each node's children.
 
 def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int):
     """EAGLE-2's dynamic tree (Li et al. 2024, Section 4): the `total_tokens` draft tokens most likely to
-    be accepted, from `depth - 1` head forwards. Returns (parents, tokens (T,)), T <= total_tokens.
+    be accepted, from `depth - 1` head forwards. Returns (parents (T,), tokens (T,)), T <= total_tokens,
+    as tensors on the device: nothing here is read back to the host, so the recorded step
+    (`kernels/step.py`) grows its trees with this very function.
 
     root_logits (V,): the head's logits for the root's children. The *value* of a node is the
     product of the draft's probabilities along its path (a sum of log-probabilities here), the
@@ -138,7 +141,7 @@ def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: in
     - Expansion: the root's top_k most likely tokens are depth 1. At each depth d < `depth`, the top_k
       nodes of depth d with the highest value are expanded: ONE call `expand(those nodes)` gives
       their logits, and each proposes its top_k most likely tokens as children, of value
-      value(parent) + log q(child).
+      value(parent) + log q(child). Every count is fixed by (top_k, depth), whatever the values.
     - Rerank: of all nodes made, keep the `total_tokens` of highest value (ties: the earlier node). A
       child's value never exceeds its parent's (log q <= 0), so every kept node's parent is kept:
       the result is a tree. Kept nodes stay in the order they were made, so parents come first.
@@ -149,29 +152,27 @@ def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: in
         depth 3: g .24  h .03   i .1125 j .09
         keep the 4 best: a .6, c .3, b .25, g .24 -> parents [-1, -1, 0, 2], tokens [a, b, c, g]
     (g, three deep on a likely path, beats e, two deep on an unlikely one.)"""
-    logq = torch.log_softmax(root_logits.float(), -1)
-    top = logq.topk(min(top_k, total_tokens))
-    parents, tokens, values = [-1] * top.indices.numel(), [top.indices], [top.values]  # depth 1
-    frontier = list(range(len(parents)))
-    for _ in range(depth - 1):
-        value = torch.cat(values)  # (nodes so far,)
-        chosen = [frontier[i] for i in value[frontier].topk(min(top_k, len(frontier))).indices.tolist()]
-        logq = torch.log_softmax(expand(chosen, parents, torch.cat(tokens)[chosen]).float(), -1)  # (e, V)
-        top = logq.topk(top_k, dim=-1)
-        frontier = list(range(len(parents), len(parents) + top_k * len(chosen)))
-        parents += [p for p in chosen for _ in range(top_k)]
+    device = root_logits.device
+    top = torch.log_softmax(root_logits.float(), -1).topk(min(top_k, total_tokens))
+    parents, tokens, values = [torch.full_like(top.indices, -1)], [top.indices], [top.values]  # depth 1
+    for d in range(1, depth):
+        value, first = torch.cat(values), len(torch.cat(parents)) - len(values[-1])  # depth d: nodes first..
+        chosen = first + value[first:].topk(min(top_k, len(values[-1]))).indices  # (e,): the best of depth d
+        logq = torch.log_softmax(expand(chosen, torch.cat(parents), torch.cat(tokens)[chosen], d).float(), -1)
+        top = logq.topk(top_k, dim=-1)  # (e, top_k) children each
+        parents.append(chosen.repeat_interleave(top_k))
         tokens.append(top.indices.flatten())
         values.append((value[chosen, None] + top.values).flatten())  # (e * top_k,): path log-probabilities
-    value, tokens = torch.cat(values), torch.cat(tokens)
-    order = torch.sort(value, descending=True, stable=True).indices[:total_tokens]  # stable: parents first at ties
-    keep = sorted(order.tolist())
-    new = {old: i for i, old in enumerate(keep)}  # old node index -> index in the kept tree
-    return [new[parents[i]] if parents[i] >= 0 else -1 for i in keep], tokens[keep]
+    value, tokens, parents = torch.cat(values), torch.cat(tokens), torch.cat(parents)
+    keep = torch.sort(value, descending=True, stable=True).indices[:total_tokens].sort().values  # in made order
+    new = torch.full_like(parents, -1)
+    new[keep] = torch.arange(len(keep), device=device)  # old node index -> index in the kept tree
+    return torch.where(parents[keep] >= 0, new[parents[keep].clamp(min=0)], -1), tokens[keep]
 
 
 def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: int, total_tokens: int,
                       sampling: Sampling, generator):
-    """A tree of *sampled* children for the lossless rule: (parents, tokens (T,), q (T+1, V)).
+    """A tree of *sampled* children for the lossless rule: (parents (T,), tokens (T,), q (T+1, V)).
 
     SpecInfer's rule (`verify.lossless`) is exact only if, given everything the walk has seen,
     the children of a node are i.i.d. draws from that node's q and HOW MANY there are does not
@@ -191,7 +192,7 @@ def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, d
     tokens = [sample(q_rows[0].expand(n, -1), generator)]
     parents, group, values = [-1] * n, [0] * n, [q_rows[0][tokens[0]].log()]
     frontier = list(range(n))
-    for _ in range(depth - 1):
+    for d in range(1, depth):
         value, flat = torch.cat(values), torch.cat(tokens).tolist()
         seen, fresh = set(), []
         for i in frontier:  # a sibling repeating an earlier one's token would only repeat its subtree
@@ -202,7 +203,9 @@ def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, d
         if e == 0:
             break
         chosen = [fresh[i] for i in value[fresh].topk(e).indices.tolist()]
-        q = sampling.probs(expand(chosen, parents, torch.cat(tokens)[chosen]))  # (e, V)
+        device = root_logits.device
+        q = sampling.probs(expand(torch.tensor(chosen, device=device), torch.tensor(parents, device=device),
+                                  torch.cat(tokens)[chosen], d))  # (e, V)
         q_each = q.repeat_interleave(top_k, dim=0)  # (e * top_k, V): each child's distribution
         children = sample(q_each, generator)  # (e * top_k,): top_k i.i.d. draws per expanded node
         frontier = list(range(len(parents), len(parents) + e * top_k))
@@ -212,7 +215,7 @@ def grow_sampled_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, d
         tokens.append(children)
         values.append(value[chosen].repeat_interleave(top_k) + q_each.gather(1, children[:, None])[:, 0].log())
     q = torch.stack(q_rows)[torch.tensor([0] + group, device=root_logits.device)]  # (T+1, V)
-    return parents, torch.cat(tokens), q
+    return torch.tensor(parents, device=root_logits.device), torch.cat(tokens), q
 
 
 def fill_static_tree(tree: Tree, root_logits: torch.Tensor, expand: Callable, sampled: bool, sampling: Sampling,
@@ -236,7 +239,8 @@ def fill_static_tree(tree: Tree, root_logits: torch.Tensor, expand: Callable, sa
                 tokens[i] = parent_logits.topk(tree.ranks[i] + 1).indices[-1]
         inner = [i for i in level if tree.children(i + 1)]
         if inner:
-            logits.update(zip(inner, expand(inner, list(tree.parents), tokens[inner])))
+            logits.update(zip(inner, expand(torch.tensor(inner, device=device), torch.tensor(tree.parents, device=device),
+                                            tokens[inner], d)))
     return tokens, q
 
 
@@ -258,7 +262,8 @@ class HeadDrafter:
         self.feature, self.slot = {-1: f_hat}, {}  # node -> predicted feature f^ / its slot in the cache
         return self.lm_head(f_hat)
 
-    def expand(self, node_ids: list[int], parents, tokens: torch.Tensor) -> torch.Tensor:
+    def expand(self, chosen: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        node_ids, parents = chosen.tolist(), parents.tolist()
         L, n = self.cache.length, len(node_ids)
         mask = torch.zeros(n, L + n, dtype=torch.bool, device=tokens.device)  # (n, keys)
         mask[:, :self.committed] = True  # the text so far
@@ -299,10 +304,18 @@ def draft_tree(drafter: HeadDrafter, pending, tree: Tree | None, top_k: int, dep
                                                    generator)
         else:
             parents, tokens = grow_tree(root_logits, drafter.expand, top_k, depth, total_tokens)
-        device = root_logits.device  # the tree is built on the CPU: move it only where that is not the device
-        tree = Tree(tuple(parents)) if device.type == "cpu" else Tree(tuple(parents)).to(device)
+        tree = as_tree(parents)
     drafter.rollback()
     return tokens, tree, q
+
+
+def as_tree(parents: torch.Tensor) -> Tree:
+    """The Tree of parent indices on the device (read back once: the readable loop's rules walk it
+    in Python); built on the CPU, moved only where that is not the device."""
+    tree = Tree(tuple(parents.tolist()))
+    return tree if parents.device.type == "cpu" else tree.to(parents.device)
+
+
 
 
 class Pending:

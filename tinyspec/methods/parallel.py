@@ -43,7 +43,7 @@ from ..kvcache import KVCache
 from ..model import GPTConfig
 from ..sampling import Sampling
 from ..tree import Tree
-from .eagle import Eagle, EagleHead, fill_static_tree, grow_sampled_tree, grow_tree
+from .eagle import Eagle, EagleHead, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
 from .medusa import MedusaHeads
 
 BLOCK = 5  # k, the deepest block a head is made with: EAGLE's depth and Medusa's 4 heads
@@ -126,8 +126,8 @@ class Parallel(Eagle):
         features, tokens = r.state.joined()
         logits = drafter.lm_head(self.head.draft(features, tokens, drafter.wte, drafter.cache, deepest))  # (depth, V)
 
-        def expand(node_ids, parents, _tokens):  # a node d deep: its children are drafted at depth d + 1
-            return logits[[node_depth(parents, i) for i in node_ids]]
+        def expand(chosen, parents, tokens, depth):  # a node d deep: its children are drafted at depth d + 1
+            return logits[depth].expand(len(chosen), -1)
         if static is not None:
             tokens, q = fill_static_tree(static, logits[0], expand, sampled, sampling, r.generator)
             return tokens, static, q
@@ -135,16 +135,7 @@ class Parallel(Eagle):
             parents, tokens, q = grow_sampled_tree(logits[0], expand, *shape, sampling, r.generator)
         else:
             (parents, tokens), q = grow_tree(logits[0], expand, *shape), None
-        tree = Tree(tuple(parents)) if self.device.type == "cpu" else Tree(tuple(parents)).to(self.device)
-        return tokens, tree, q
-
-
-def node_depth(parents, i: int) -> int:
-    """How deep node i is below the root (a child of the root: 1)."""
-    d = 1
-    while parents[i] >= 0:
-        i, d = parents[i], d + 1
-    return d
+        return tokens, as_tree(parents), q
 
 
 METHOD = Parallel

@@ -19,7 +19,7 @@ import torch
 
 from ..decoding import NO_CLOCK, Clock
 
-PARTS = ("target", "propose", "rule", "cache")
+PARTS = ("target", "propose", "rule", "cache")  # and "step": a recorded step, all four at once (kernels/step.py)
 
 
 class Ledger(Clock):
@@ -37,7 +37,7 @@ class Ledger(Clock):
         finally:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            self.seconds[name] += time.perf_counter() - t0
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
     @contextlib.contextmanager
     def watching(self, decoder):
