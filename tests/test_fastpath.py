@@ -47,11 +47,21 @@ def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
     assert e.value.code == 2 and "--cuda-graph needs a CUDA device" in capsys.readouterr().err
 
 
-def test_fixed_forwards_refuse_the_triton_kernel():
+def test_a_fixed_forward_with_the_kernel_is_the_fixed_forward_with_sdpa():
+    """The tree-attention kernel finds L and the tree on the device from the slot mask (the root's
+    row sees the prefix and itself), so a fixed-shape forward can use it: same logits as SDPA's."""
     tree_attention = pytest.importorskip("tinyspec.kernels.tree_attention")
-    model = random_gpt().set_attention(tree_attention.TreeAttention())
-    with pytest.raises(ValueError, match="SDPA"):
-        FixedForward(model, KVCache.for_model(model))
+    tree = random_tree(9, 4, seed=2)
+    logits = []
+    for attention in (None, tree_attention.TreeAttention()):
+        model = random_gpt(scale=3.0)
+        model.set_attention(attention or model.attention)
+        cache = KVCache.for_model(model, 40)
+        forward = fixed_forward(model, cache, tree)
+        cache.k.normal_(), cache.v.normal_()  # garbage beyond the valid slots must stay invisible
+        model(torch.arange(13)[None] % 64, cache=cache)
+        logits.append(forward(torch.arange(len(tree) + 1) * 7 % 64, 13)[0])
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.cuda

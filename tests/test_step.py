@@ -73,6 +73,22 @@ def test_a_recorded_step_writes_the_readable_loops_tokens(counting, method, size
     assert method == "ar" or (accepted > 0 and rejected > 0)  # paths were kept, and proposals refused
 
 
+def test_a_recorded_step_attends_with_the_kernel_too(counting):
+    """With the Triton kernel as the model's attention (on a CPU in Triton's interpreter), the
+    recorded step writes the readable loop's tokens: the kernel reads L on the device."""
+    tree_attention = pytest.importorskip("tinyspec.kernels.tree_attention")
+    target, methods, prompts = counting
+    readable = [run(Decoder(target, methods["medusa"], "4").steps(p, Sampling(0.0), None), 8).token_ids
+                for p in prompts[:2]]
+    sdpa = target.attention
+    target.set_attention(tree_attention.TreeAttention())
+    try:
+        recorded = Recorded(target, methods["medusa"], "4")
+        assert [run(recorded.steps(p, Sampling(0.0)), 8).token_ids for p in prompts[:2]] == readable
+    finally:
+        target.set_attention(sdpa)  # (the counting model serves every test of the session)
+
+
 # ---- the rules as index arithmetic, against the readable rules ---------------------------------
 
 def test_the_device_tree_is_the_trees_own():

@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cuda-graph", action="store_true", help="every method at a fixed size as one recorded step, "
                     "replayed as a CUDA graph (kernels/step.py; CUDA only; speedups are then against ar on the graph "
                     "path); lookahead and :auto rows run eagerly")
-    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
+    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="attention over a step's tokens: "
+                    "torch (SDPA with a dense mask) or triton (the tree-attention kernel, inside recorded steps too)")
     ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
     ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
                     "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
@@ -293,8 +294,8 @@ def prepare(args, per_category: int | None = None):
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     set_threads(args.threads, device)
-    if args.cuda_graph and (device.type != "cuda" or args.attn == "triton"):
-        die("--cuda-graph needs a CUDA device (--device cuda) and --attn torch")
+    if args.cuda_graph and device.type != "cuda":
+        die("--cuda-graph needs a CUDA device (--device cuda)")
     rows = read_prompt_rows(Path(args.prompts))
     enc = load_encoding(args.tokenizer)
     counts = {c: sum(r["category"] == c for r in rows) for c in categories}

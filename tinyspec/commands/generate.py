@@ -197,9 +197,8 @@ def generate(args) -> None:
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
-    if args.cuda_graph and (device.type != "cuda" or args.attn == "triton" or args.batch_size > 1 or
-                            args.size == "auto"):
-        die("--cuda-graph needs a CUDA device (--device cuda), --attn torch, batch size 1 and a fixed --size")
+    if args.cuda_graph and (device.type != "cuda" or args.batch_size > 1 or args.size == "auto"):
+        die("--cuda-graph needs a CUDA device (--device cuda), batch size 1 and a fixed --size")
     if args.attn == "triton" and args.batch_size > 1:
         die("--attn triton takes one mask for all rows; a batch, whose rows have their own lengths, needs --attn torch")
     prompts = read_prompts(args)

@@ -159,6 +159,9 @@ def bench_runs(args, device: torch.device, quick: bool) -> list[tuple[str, list[
                 runs.append(run(f"graph-{dtype}", dtype, "--methods", methods, "--cuda-graph", "--temperatures",
                                 args.temperatures, "--no-hf"))
             runs.append(run(f"eager-{dtype}", dtype, "--methods", methods, "--temperatures", "0", "--no-hf"))
+            if cuda and triton_version():  # the same recorded steps attending with the Triton kernel
+                runs.append(run(f"graph+kernel-{dtype}", dtype, "--methods", methods, "--cuda-graph", "--attn",
+                                "triton", "--temperatures", "0", "--no-hf"))
     if "hf" not in args.skip_parts:  # HF beside our fastest ar, on the same weights
         runs.append(run("hf-float32", "float32", "--methods", "ar", "--temperatures", "0", *(
             ["--cuda-graph", "--hf-modes", "hf-static-compiled"] if cuda else ["--hf-modes", "hf"])))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from ..kvcache import KVCache
-from ..model import GPT, SDPA, causal_mask
+from ..model import GPT, causal_mask
 
 
 class SlotWriter:
@@ -68,8 +68,6 @@ class FixedForward:
     def __init__(self, model: GPT, cache: KVCache, tree_mask: torch.Tensor | None = None,
                  depth: torch.Tensor | None = None):
         device = cache.k.device
-        if not isinstance(model.attention, SDPA):
-            raise ValueError("fixed-shape forwards attend over every slot with a dense mask: they need SDPA attention")
         self.model, self.cache = model, cache
         self.tree_mask = (causal_mask(1) if tree_mask is None else tree_mask).to(device)
         self.depth = (torch.zeros(1, dtype=torch.long) if depth is None else depth).to(device)

@@ -96,6 +96,12 @@ def pack_tree_mask(mask: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"the tree mask must be a bool tensor, got {mask.dtype}")
     if not bool(mask.diagonal().all()):
         raise ValueError("every tree token must attend to itself: the mask's diagonal has a False")
+    return pack_bits(mask)
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """`pack_tree_mask` without its checks, which read the mask back to the host: for masks made
+    on the device, inside a recorded step."""
     T = mask.shape[0]
     W = cdiv(T, 32)
     padded = torch.zeros(T, W * 32, dtype=torch.int64, device=mask.device)
@@ -148,22 +154,26 @@ def _online_softmax_step(acc, m_i, l_i,  # running state: (BLOCK_T, D), (BLOCK_T
 @triton.jit(do_not_specialize=["H", "T", "L", "chunk_len", "num_prefix_splits"])
 def _tree_attention_partial_kernel(
     q_ptr,  # (B, H, T, D) queries of the tree tokens
-    k_ptr, v_ptr,  # (B, H, L + T, D) keys and values: the prefix, then the tree tokens
+    k_ptr, v_ptr,  # (B, H, L + T, D) keys and values: the prefix, then the tree tokens (and any slots after)
     mask_ptr,  # (T, W) int32 packed ancestor bits (see pack_tree_mask)
+    length_ptr,  # with L_ON_DEVICE: where L is, one int64 on the device (a recorded step's cache length)
     o_part_ptr,  # (B * H, S + 1, T, D) fp32, contiguous: each part's normalised output
     lse_part_ptr,  # (B * H, S + 1, T) fp32, contiguous: each part's log2-sum-exp2 of scores
     stride_qb, stride_qh, stride_qt, stride_qd,  # strides of q (in elements)
     stride_kb, stride_kh, stride_kn, stride_kd,  # strides of k: a cache view may skip slots
     stride_vb, stride_vh, stride_vn, stride_vd,  # strides of v
     stride_mask_row, stride_mask_word,  # strides of the packed mask
-    H, T, L,  # number of heads, tree tokens, prefix keys
+    H, T, L,  # number of heads, tree tokens, prefix keys (at most: with L_ON_DEVICE, L is read there)
     chunk_len,  # prefix keys per split: a multiple of BLOCK_N
     num_prefix_splits,  # S; program S of each head does the tree tile
     qk_scale,  # softmax scale * log2(e)
     D: tl.constexpr,  # head dimension: a power of two, >= 16
     BLOCK_T: tl.constexpr,  # T padded to a power of two >= 16
     BLOCK_N: tl.constexpr,  # prefix keys per step: >= 16
+    L_ON_DEVICE: tl.constexpr,  # read L at length_ptr: the grid covers the most it can be, splits past it stay empty
 ):
+    if L_ON_DEVICE:
+        L = tl.load(length_ptr).to(tl.int32)
     bh = tl.program_id(0).to(tl.int64)  # int64: batch/head offsets into a large cache can pass 2**31
     split = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -285,7 +295,8 @@ def _choose_num_splits(L: int, batch_heads: int, device: torch.device) -> int:
 
 
 def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mask: torch.Tensor,
-                   scale: float | None = None, num_splits: int | None = None) -> torch.Tensor:
+                   scale: float | None = None, num_splits: int | None = None,
+                   length: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + tree mask) v for T tree tokens over an L-token prefix.
 
     q: (B, H, T, D); k, v: (B, H, L + T, D), any strides (views of a KVCache are fine).
@@ -294,6 +305,10 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     scale: defaults to 1 / sqrt(D).
     num_splits: at most this many programs per head share the prefix (default: enough to fill
         the GPU); fewer are used if some would get no keys.
+    length: L as a one-element int64 tensor on the device, for a recorded step: k and v then hold
+        every slot of the cache, the prefix at 0 .. L - 1 and the tree at L .. L + T - 1; the
+        launch is the same whatever L is (splits cover the most slots it can be; those past L
+        stay empty and weigh nothing in the merge), so a CUDA graph can replay it.
     Returns (B, H, T, D) in q's dtype. T <= 128; D in {16, 32, 64, 128}; fp16, bf16 or fp32.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -345,10 +360,10 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     out = torch.empty(B, H, T, D, device=q.device, dtype=q.dtype)
     with torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext():  # cuda:1 is not the default
         _tree_attention_partial_kernel[(B * H, num_parts)](
-            q, k, v, packed_mask, o_part, lse_part,
+            q, k, v, packed_mask, q if length is None else length, o_part, lse_part,
             *q.stride(), *k.stride(), *v.stride(), *packed_mask.stride(),
             H, T, L, chunk_len, num_splits, scale * LOG2E,
-            D=D, BLOCK_T=block_t, BLOCK_N=BLOCK_N,
+            D=D, BLOCK_T=block_t, BLOCK_N=BLOCK_N, L_ON_DEVICE=length is not None,
             num_warps=4 if block_t * D <= 64 * 64 else 8,  # untuned: more warps for big tiles
             # fp32 tiles are twice as large: three pipelined K/V stages can exceed shared memory
             num_stages=2 if q.dtype == torch.float32 else 3,
@@ -366,21 +381,28 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
 # the prefill, one-token steps) keep SDPA, which is already the fast path for them.
 
 class TreeAttention:
-    """Attention for `GPT.set_attention`: the tree part of the mask is packed once per forward
-    (`prepare`), and each layer calls `tree_attention` with it. It trusts the mask's prefix
-    columns to be all True, which `prefix_mask` guarantees; fixed-shape forwards (fastpath.py),
-    whose masks also hide unwritten slots, refuse it."""
+    """Attention for `GPT.set_attention`: once per forward, `prepare` finds L and the tree part of
+    the mask on the device and packs it, and each layer calls `tree_attention` with them. The
+    mask's first row is the root's, which sees the L prefix slots and itself: so L is that row's
+    count less one, and the tree's columns are L .. L + T - 1, whether the mask is `prefix_mask`'s
+    (L + T keys) or a recorded step's `slot_mask` (every slot of the cache). Nothing is read back,
+    so the kernel runs inside a recorded step too."""
 
     def prepare(self, attn_mask: torch.Tensor | None, T: int):
-        if attn_mask is not None and attn_mask.dim() != 2:  # rows of a batch, each with its own cached length
+        if attn_mask is None:
+            return None
+        if attn_mask.dim() != 2:  # rows of a batch, each with its own cached length
             raise ValueError("the tree-attention kernel takes one prefix mask for all rows; a batch of "
                              "sequences of different lengths attends with SDPA (--attn torch)")
-        return None if attn_mask is None else pack_tree_mask(attn_mask[:, -T:])
+        length = attn_mask[0].sum(-1, keepdim=True) - 1  # (1,)
+        columns = length + torch.arange(T, device=attn_mask.device)  # the tree's slots
+        return pack_bits(attn_mask[:, columns]), length
 
-    def __call__(self, q, k, v, packed_mask):
-        if packed_mask is None:
+    def __call__(self, q, k, v, prepared):
+        if prepared is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1)
-        return tree_attention(q, k, v, packed_mask)
+        packed_mask, length = prepared
+        return tree_attention(q, k, v, packed_mask, length=length)
 
 
 # The specification
