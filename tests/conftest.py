@@ -187,7 +187,7 @@ def generations(target, proposer=None, prompts=((3, 4),), sampling=None, seeds=N
     d = Decoder(target, proposer, **decoder)
     prompts = [list(p) for p in prompts]
     generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
-    return run_batch(d.batch_steps(prompts, sampling or Sampling(0.0), generators), len(prompts), n)
+    return run_batch(d.batch_steps(prompts, sampling or Sampling(0.0), generators, n), len(prompts))
 
 
 def sampled_rows(decoder, prompts, sampling, n_samples, n=3, batch=300):
@@ -203,7 +203,7 @@ def sampled_rows(decoder, prompts, sampling, n_samples, n=3, batch=300):
         size = min(batch, total - first)
         rows = [list(prompts[(first + i) % len(prompts)]) for i in range(size)]
         generators = [torch.Generator().manual_seed(first + i) for i in range(size)]
-        for i, res in enumerate(run_batch(decoder.batch_steps(rows, sampling, generators), size, n)):
+        for i, res in enumerate(run_batch(decoder.batch_steps(rows, sampling, generators, n), size)):
             runs[(first + i) % len(prompts)].append(res)
     return runs
 
@@ -252,16 +252,17 @@ def looped(target, proposer=None, prompts=((3, 4),), size=None, rule="greedy", s
     a test that holds another rule to greedy decoding at T = 0 calls the loop. size: every step's
     (default: the method's default size), or policy: a chooser of the sizes it promises; cache: the
     target's (to look inside it afterwards)."""
-    from tinyspec.decoding import Proposer, decode
+    from tinyspec.decoding import decode
+    from tinyspec.methods.base import Method
     from tinyspec.results import run_batch
     from tinyspec.sampling import Sampling
-    proposer = proposer or Proposer()
+    proposer = proposer or Method()
     sizes = list(policy.promise) if policy is not None else [s for s in [size or proposer.default_size] if s]
     prompts = [list(p) for p in prompts]
     generators = [None] * len(prompts) if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
-    steps = decode(target, proposer, prompts, sampling or Sampling(0.0), generators,
+    steps = decode(target, proposer, prompts, sampling or Sampling(0.0), generators, n, None,
                    {s: proposer.shape(s) for s in sizes}, policy, rule, cache)
-    return run_batch(steps, len(prompts), n)
+    return run_batch(steps, len(prompts))
 
 
 def drive(steps, prompts, n):
@@ -274,7 +275,7 @@ def drive(steps, prompts, n):
             texts[row] += step.tokens
         if len(produced) == n:
             return texts, produced
-        produced.append(steps.send([]))
+        produced.append(next(steps))
 
 
 def assert_cache_holds(model, cache, text, row=0):

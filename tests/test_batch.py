@@ -11,7 +11,9 @@ import torch
 
 from tinyspec import decoding
 from tinyspec.commands import bench, generate
-from tinyspec.decoding import decode, default_rule, feed
+from tinyspec.decoding import decode
+from tinyspec.kvcache import feed
+from tinyspec.methods.base import default_rule
 from tinyspec.results import run_batch
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
@@ -135,9 +137,9 @@ def decoder(m, name: str) -> Decoder:
     return Decoder(t, proposer, size)
 
 
-def loop(d: Decoder, prompts, sampling, generators, cache=None):
+def loop(d: Decoder, prompts, sampling, generators, cache=None, max_new_tokens=1000, stop_id=None):
     """d's loop for a batch of prompts, with the target's KVCache given (to look inside it)."""
-    return decode(d.target, d.proposer, prompts, sampling, generators, d.shapes, d.policy,
+    return decode(d.target, d.proposer, prompts, sampling, generators, max_new_tokens, stop_id, d.shapes, d.policy,
                   default_rule(d.proposer, d.rule, sampling.temperature), cache)
 
 
@@ -175,7 +177,7 @@ def test_greedy_rows_equal_plain_decoding_at_every_batch_size(models, plain_alon
     for B in range(1, 9):
         prompts = mixed_prompts(B, seed=B)
         plain = [plain_alone(p) for p in prompts]
-        rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * B), B, 40)
+        rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * B, 40), B)
         for b, (row, alone) in enumerate(zip(rows, plain)):
             assert row.token_ids == alone.token_ids, f"{name}, B={B}, row {b}, prompt {prompts[b]}"
             assert row.stop_reason == alone.stop_reason
@@ -191,8 +193,8 @@ def test_sampled_rows_equal_their_batch_one_run_with_the_same_generator(models, 
     difference in a forward could move a sample across a boundary, and none does here)."""
     d, s = decoder(models, name), Sampling(1.0)
     prompts = [p[:12] for p in mixed_prompts(6, seed=10)]
-    alone = [run_batch(d.steps(p, s, torch.Generator().manual_seed(i)), 1, 30)[0].token_ids for i, p in enumerate(prompts)]
-    rows = run_batch(d.batch_steps(prompts, s, [torch.Generator().manual_seed(i) for i in range(6)]), 6, 30)
+    alone = [run_batch(d.steps(p, s, torch.Generator().manual_seed(i), 30), 1)[0].token_ids for i, p in enumerate(prompts)]
+    rows = run_batch(d.batch_steps(prompts, s, [torch.Generator().manual_seed(i) for i in range(6)], 30), 6)
     assert [r.token_ids for r in rows] == alone
 
 
@@ -211,7 +213,7 @@ def test_each_rows_cache_equals_plain_decodings(models, name, temperature):
         for row, step in produced.items():
             texts[row] += step.tokens
         if i < 8:
-            produced = steps.send([])
+            produced = next(steps)
     assert len(produced) >= 3  # most rows are still in the batch, the cache holding only theirs
     for b, row in enumerate(sorted(produced)):
         assert cache.lengths[b] == len(texts[row]) - 1  # everything but the newest token, not fed yet
@@ -231,21 +233,21 @@ def stop_token_for_some_rows(target, prompts, n):
 @pytest.mark.parametrize("name", METHODS)
 def test_rows_that_are_done_leave_the_batch_and_the_rest_go_on(models, name):
     """Stopping at an end-of-text token ends rows at different steps; each row's tokens are still
-    its plain-decoding tokens up to its stop, and once the driver says a row is done, the next
-    forward computes for the others alone (the cache has fewer rows)."""
+    its plain-decoding tokens up to its stop, and once a row is done, the next forward computes
+    for the others alone (the cache has fewer rows)."""
     t, prompts = models["target"], [p[:12] for p in mixed_prompts(6, seed=30)]  # room for 30 tokens each
     stop = stop_token_for_some_rows(t, prompts, 30)
-    plain = [run_batch(Decoder(t).steps(p, Sampling(0.0), None), 1, 30, stop_id=stop)[0] for p in prompts]
+    plain = [run_batch(Decoder(t).steps(p, Sampling(0.0), None, 30, stop), 1)[0] for p in prompts]
     d = decoder(models, name)
-    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 6), 6, 30, stop_id=stop)
+    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 6, 30, stop), 6)
     assert [r.token_ids for r in rows] == [r.token_ids for r in plain]
     assert [r.stop_reason for r in rows] == [r.stop_reason for r in plain]
     assert {r.stop_reason for r in rows} == {"eot", "length"}
-    cache = KVCache.for_model(t, 64 + 32, 6)
-    steps = loop(d, prompts, Sampling(0.0), [None] * 6, cache)
-    assert sorted(next(steps)) == list(range(6))
-    produced = steps.send([1, 4])
-    assert sorted(produced) == [0, 2, 3, 5] and cache.rows == 4
+    cache, live = KVCache.for_model(t, 64 + 32, 6), set(range(6))
+    for produced in loop(d, prompts, Sampling(0.0), [None] * 6, cache, 30, stop):
+        assert set(produced) == live and cache.rows == len(live)  # the rows still going, and only theirs computed
+        live -= {row for row, step in produced.items() if step.stop}
+    assert not live
 
 
 # ---- sampling: every row has the target's distribution ---------------------------------------
@@ -374,8 +376,7 @@ def test_a_draft_judged_with_another_rows_q_is_caught(tiny_vocab, monkeypatch):
 @pytest.mark.slow
 def test_a_tree_judged_with_another_rows_logits_is_caught(tiny_vocab, monkeypatch):
     """A planted batching bug: row b's tree judged by the target's logits of row b - 1."""
-    monkeypatch.setattr(decoding, "verify", mutant(decoding, "verify", "sampling.probs(judged[b])",
-                                                   "sampling.probs(judged[b - 1])"))
+    monkeypatch.setattr(decoding, "verify", mutant(decoding, "verify", "p[b], prop.tree", "p[b - 1], prop.tree"))
     assert_caught(tiny_vocab, tiny_decoder(tiny_vocab, "medusa"))
 
 
@@ -576,8 +577,8 @@ def test_draft_rows_whose_prompt_fills_the_context_end_as_at_batch_one(counting_
     more; in a batch those rows must do the same, and the others go on."""
     d = Decoder(counting_gpt, DraftModel(counting_gpt, random_gpt(vocab_size=32, n_ctx=48, seed=4)), "3")
     prompts = [list(range(32)) + list(range(28)), [3, 4, 5], list(range(32)) + list(range(16)), [7] * 47]
-    alone = [run_batch(d.steps(p, Sampling(0.0), None), 1, 8)[0] for p in prompts]
-    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4), 4, 8)
+    alone = [run_batch(d.steps(p, Sampling(0.0), None, 8), 1)[0] for p in prompts]
+    rows = run_batch(d.batch_steps(prompts, Sampling(0.0), [None] * 4, 8), 4)
     assert [(r.token_ids, r.stop_reason) for r in rows] == [(r.token_ids, r.stop_reason) for r in alone]
     assert [len(r.token_ids) for r in alone] == [1, 8, 1, 2]
     assert [r.stop_reason for r in alone] == ["context", "length", "context", "context"]

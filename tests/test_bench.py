@@ -74,8 +74,8 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--methods", "medusa:0"], "--methods medusa:0: a Medusa size is the tree's nodes, an integer in 1..127"),
-    (["--methods", "medusa:1000"], "integer in 1..127"),
+    (["--methods", "medusa:0"], "--methods medusa:0: medusa's NODES must be in 1..127, got 0"),
+    (["--methods", "medusa:1000"], "NODES must be in 1..127"),
     (["--methods", "draft:0"], "1..16"),
     (["--methods", "draft:100"], "1..16"),
     (["--methods", "medusa:8@block"], "verifies a chain"),

@@ -590,7 +590,7 @@ def test_the_books_twenty_line_loop_is_greedy_decoding():
     exec(block, namespace)
     target, draft = random_gpt(scale=3.0, seed=1), random_gpt(scale=3.0, seed=2, n_layer=1)
     for prompt in ([1, 2, 3], [5, 9, 9, 2, 7]):
-        plain = run(autoregressive(target, [prompt], Sampling(), [None]), 30).token_ids
+        plain = run(autoregressive(target, [prompt], Sampling(), [None], 30)).token_ids
         assert namespace["greedy_speculative"](target, draft, prompt, 30, k=3) == plain
         assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
 

@@ -267,7 +267,7 @@ def test_caches_after_eagle_steps_equal_plain_decoding(counting_gpt, trained_hea
     proposer = Eagle(counting_gpt, trained_head, tree=tree)
     d = Decoder(counting_gpt, proposer, size, rule=rule)
     prompt = [3, 5, 7, 9]
-    [seq], _ = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    [seq], _ = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0), 1000), [prompt], 8)
     cache, head_cache = d.cache, proposer.spare  # the target's and the head's caches at batch 1
     n = cache.length
     assert n == len(seq) - 1  # everything but the newest token, which has not been fed yet
@@ -394,7 +394,7 @@ def test_cli_eagle_equals_ar(files, capsys):
     (["--eagle", "{d}/none.safetensors"], "not found"),
     (["--eagle", "{d}/other.safetensors"], "different target"),
     (["--eagle", "{d}/target.safetensors"], "not an EAGLE head"),
-    (["--size", "0,2,4"], "TOPK and DEPTH in 1..16"), (["--size", "16"], "TOPK,DEPTH,NODES"),
+    (["--size", "0,2,4"], "eagle's TOPK must be in 1..16, got 0"), (["--size", "16"], "TOPK,DEPTH,NODES"),
     (["--accept", "block"], "not a tree")])
 def test_cli_refuses_bad_eagle_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]

@@ -6,7 +6,7 @@ as lossy. What breaks the contract is refused in one line (`methods.check_rule`)
 import pytest
 import torch
 
-from tinyspec import decoding, methods
+from tinyspec import methods
 from tinyspec.commands import generate
 from tinyspec.decoding import decode
 from tinyspec.results import run_batch
@@ -113,7 +113,7 @@ def test_every_exact_combination_has_the_target_distribution(tiny, method, rule)
 def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
     """(The draft's loop judges a chain with the lossless rule when asked for greedy, which is
     exact at every temperature; the command line refuses the name at T > 0 all the same.)"""
-    monkeypatch.setattr(decoding, "rule_problem", lambda *a: None)  # the check every Decoder makes
+    monkeypatch.setattr(methods, "rule_problem", lambda *a: None)  # the check every Decoder makes
     counts, _ = counts_of(decoder(tiny, method, "greedy"), Sampling(1.0), 768)
     stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"
@@ -138,11 +138,12 @@ def test_every_combination_at_t0_is_plain_greedy_decoding(counting, method, rule
     m, prompts, plain = counting
     counting_gpt = m["target"]
     d = decoder(m, method, rule)
-    loop = lambda ps: decode(counting_gpt, d.proposer, ps, Sampling(0.0), [None] * len(ps), d.shapes, d.policy, rule)
-    rows = run_batch(loop(prompts), 4, 24)
+    loop = lambda ps: decode(counting_gpt, d.proposer, ps, Sampling(0.0), [None] * len(ps), 24, None, d.shapes, d.policy,
+                             rule)
+    rows = run_batch(loop(prompts), 4)
     assert [r.token_ids for r in rows] == plain
-    assert [run_batch(loop([p]), 1, 24)[0].token_ids for p in prompts] == plain
-    assert [run_batch(d.steps(p, Sampling(0.0), None), 1, 24)[0].token_ids for p in prompts] == plain
+    assert [run_batch(loop([p]), 1)[0].token_ids for p in prompts] == plain
+    assert [run_batch(d.steps(p, Sampling(0.0), None, 24), 1)[0].token_ids for p in prompts] == plain
 
 
 # ---- a reduced draft vocabulary (model.DraftVocab) ---------------------------------------------
@@ -174,7 +175,7 @@ def test_a_reduced_draft_vocabulary_proposes_only_its_tokens_and_keeps_greedy_ou
     counting_gpt, subset = m["target"], torch.arange(0, 32, 2)  # the even tokens only
     d = Decoder(counting_gpt, DraftModel(counting_gpt, m["draft"], subset), "3")
     for p, expected in zip(prompts, plain):
-        res = run_batch(d.steps(p, Sampling(0.0), None), 1, 24)[0]
+        res = run_batch(d.steps(p, Sampling(0.0), None, 24), 1)[0]
         assert res.token_ids == expected
         accepted = [t for t, s in zip(res.token_ids, res.sources) if s == "accepted"]
         assert accepted and all(t % 2 == 0 for t in accepted)  # only the draft's own vocabulary is ever proposed
@@ -191,8 +192,8 @@ def test_proposals_from_the_reduced_vocabulary_judged_with_the_full_q_are_caught
     keep = torch.zeros(V, dtype=torch.bool)
     keep[SUBSET] = True
     monkeypatch.setattr(draft_module, "KEEP", keep, raising=False)
-    monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "sample(q[b], r.generator)",
-                                                      "sample(q[b] * KEEP, r.generator)", DraftModel))
+    monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "sample(qs[-1][b], r.generator)",
+                                                      "sample(qs[-1][b] * KEEP, r.generator)", DraftModel))
     counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 1536)
     stats = [chi_square(c, exact) for c, exact in zip(counts, fresh["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"the planted bug went unnoticed: {stats}"

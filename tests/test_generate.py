@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.decoding import Step, autoregressive
+from tinyspec.decoding import Row, Step, autoregressive, ended
 from tinyspec.results import run
 from tinyspec.commands.generate import Printer
 from tinyspec.sampling import Sampling
@@ -37,28 +37,34 @@ def naive_greedy(model, prompt, n):
 def test_greedy_with_cache_equals_recomputing_everything():
     model = random_gpt(scale=4.0)
     for prompt in ([1], [5, 9, 2, 33], list(range(20))):
-        res = run(autoregressive(model, [prompt], Sampling(0.0), [None]), max_new_tokens=30)
+        res = run(autoregressive(model, [prompt], Sampling(0.0), [None], 30))
         assert res.token_ids == naive_greedy(model, prompt, 30)
         assert res.target_steps == 30 and res.stop_reason == "length"
 
 
 def test_seeded_sampling_is_reproducible():
     model = random_gpt(scale=2.0)
-    draw = lambda seed: run(autoregressive(model, [[1, 2]], Sampling(1.0, top_k=20), [torch.Generator().manual_seed(seed)]),
-                            25).token_ids
+    draw = lambda seed: run(autoregressive(model, [[1, 2]], Sampling(1.0, top_k=20), [torch.Generator().manual_seed(seed)], 25)).token_ids
     assert draw(7) == draw(7) != draw(8)
 
 
-def fake_method(steps):  # a loop of one row (row 0)
-    yield from ({0: Step(t, ["target"] * len(t))} for t in steps)
+def fake_method(steps, max_new_tokens, stop_id=None):
+    """A loop of one row (row 0) whose forwards give `steps`, each cut as `decoding.decode` cuts
+    it (`ended`); the context is full after the last."""
+    row = Row(0, [], None)
+    for i, tokens in enumerate(steps):
+        step = ended(Step(tokens, ["target"] * len(tokens)), row, max_new_tokens, stop_id, i == len(steps) - 1)
+        yield {0: step}
+        if step.stop:
+            return
 
 
-def test_run_stops_at_eot_length_and_context():
-    res = run(fake_method([[1, 2], [3, 99, 4]]), max_new_tokens=10, stop_id=99)
+def test_a_row_stops_at_eot_length_and_context():
+    res = run(fake_method([[1, 2], [3, 99, 4]], 10, 99))
     assert (res.token_ids, res.stop_reason, res.target_steps) == ([1, 2, 3], "eot", 2)
-    res = run(fake_method([[1, 2], [3, 4, 5]]), max_new_tokens=4, stop_id=99)
+    res = run(fake_method([[1, 2], [3, 4, 5]], 4, 99))
     assert (res.token_ids, res.stop_reason) == ([1, 2, 3, 4], "length")
-    res = run(fake_method([[1], [2]]), max_new_tokens=10)
+    res = run(fake_method([[1], [2]], 10))
     assert (res.token_ids, res.stop_reason) == ([1, 2], "context")
 
 
@@ -186,7 +192,7 @@ def test_several_prompts_print_apart_with_their_own_seeds(model_file, tmp_path, 
     generate.main(base + ["--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     model, prompt = GPT.from_hf(model_file), enc.encode_ordinary("def f(x):")
-    alone = lambda seed: run(autoregressive(model, [prompt], Sampling(1.0), [torch.Generator().manual_seed(seed)]), 8)
+    alone = lambda seed: run(autoregressive(model, [prompt], Sampling(1.0), [torch.Generator().manual_seed(seed)], 8))
     assert [r["token_ids"] for r in rows[:2]] == [alone(5).token_ids, alone(6).token_ids]  # prompt i: seed + i
 
 
@@ -234,12 +240,12 @@ def test_colour_only_on_a_terminal_or_when_asked(model_file, capsys, monkeypatch
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monkeypatch):
-    from tinyspec import decoding
+    from tinyspec import methods
 
-    def interrupted(self, prompt, sampling, generator):
+    def interrupted(self, prompt, sampling, generator, max_new_tokens, stop_id=None):
         yield {0: Step([72], ["target"])}
         raise KeyboardInterrupt
-    monkeypatch.setattr(decoding.Decoder, "steps", interrupted)
+    monkeypatch.setattr(methods.Decoder, "steps", interrupted)
     with pytest.raises(SystemExit) as e:
         generate.main(["--prompt", "x", "--model", str(model_file)])
     out, err = capsys.readouterr()
@@ -249,7 +255,7 @@ def test_ctrl_c_prints_what_was_generated_and_exits_130(model_file, capsys, monk
 
 def test_end_of_text_just_past_the_budget_stops_for_length_in_every_method():
     for steps in ([[1], [2], [99]], [[1, 2, 99]]):  # plain decoding, and one speculative step
-        res = run(fake_method(steps), max_new_tokens=2, stop_id=99)
+        res = run(fake_method(steps, 2, 99))
         assert (res.token_ids, res.stop_reason) == ([1, 2], "length")
 
 

@@ -38,10 +38,10 @@ def test_the_ledger_splits_a_run_and_changes_nothing(counting_gpt, method):
     }[method]()
     d = Decoder(t, proposer, size)
     prompt, rules, truncate = [3, 5, 7, 9, 11], dict(RULES), KVCache.truncate
-    plain = run(d.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0)), 40)
+    plain = run(d.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0), 40))
     ledger = Ledger(torch.device("cpu"))
     with ledger.watching(d):
-        res = run(d.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0)), 40)
+        res = run(d.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0), 40))
     assert res.token_ids == plain.token_ids  # the same draws, in the same order
     split = ledger.split(res.wall_s)
     assert set(split) == {*PARTS, "rest"} and all(s >= 0 for s in split.values())

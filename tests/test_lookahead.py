@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tinyspec.commands import bench, generate
-from tinyspec.decoding import Proposal, Row, verify
+from tinyspec.decoding import Fed, Proposal, Row, verify
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods.lookahead import Lookahead, NgramPool, slide, step_inputs, step_mask, trie, window_mask
@@ -73,7 +73,7 @@ def test_each_guess_sees_exactly_its_own_text():
     tree = Tree(parents)
     x, mask, offsets, at = step_inputs(grid, nodes, tree, torch.device("cpu"))
     row = Row(0, prefix + [root], None, torch.tensor(root))
-    proposal = Proposal(x[len(x) - len(nodes):], tree, None, (x, mask, offsets, at))
+    proposal = Proposal(x[len(x) - len(nodes):], tree, None, Fed(x, mask, offsets, at))
     [v] = verify(target, cache, [row], [proposal], rule, Sampling(1.0), "4,4,3")  # ONE forward: root, window, trie
     top = target.lm_head(v.hidden[2 * 4:3 * 4])  # the top level's outputs
     logits_after = lambda text: target(torch.tensor([text]))[0][0, -1]

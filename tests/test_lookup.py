@@ -78,7 +78,7 @@ def test_greedy_lookup_runs_to_the_end_of_the_context(target):
 def check_cache_after(target, d, prompt, sampling, n_steps):
     """After n_steps target forwards of Decoder d on `prompt` (the prefill's among them), d's cache
     holds what plain decoding of the same tokens builds, and some step proposed something."""
-    [seq], produced = drive(d.steps(prompt, sampling, torch.Generator().manual_seed(0)), [prompt], n_steps)
+    [seq], produced = drive(d.steps(prompt, sampling, torch.Generator().manual_seed(0), 1000), [prompt], n_steps)
     assert d.cache.length == len(seq) - 1  # the newest token is not fed yet
     assert sum(step.proposed for p in produced for step in p.values()) > 0
     assert_cache_holds(target, d.cache, seq)
@@ -92,7 +92,7 @@ def test_cache_after_lookup_steps_equals_plain_decoding(target, temperature, rul
 
 def test_lookup_refuses_rules_that_need_a_draft_distribution(target):
     with pytest.raises(ValueError, match="sampled from a draft"):
-        Decoder(target, PromptLookup(target), rule="lossless").steps([1, 2], Sampling(1.0), None)
+        Decoder(target, PromptLookup(target), rule="lossless").steps([1, 2], Sampling(1.0), None, 10)
 
 
 # ---- sampling: exactness, statistically ------------------------------------------------------
@@ -190,7 +190,7 @@ def test_cli_lookup_equals_ar(model_file, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--size", "0"], "integer in 1..16"), (["--size", "17"], "integer in 1..16"),
+    (["--size", "0"], "K must be in 1..16, got 0"), (["--size", "17"], "K must be in 1..16, got 17"),
     (["--max-ngram", "0"], "--max-ngram must be in 1..8"),
     (["--accept", "lossless"], "pointmass"), (["--accept", "block"], "pointmass"), (["--cuda-graph"], "--cuda-graph")])
 def test_cli_refuses_bad_lookup_settings(model_file, argv, message, capsys):

@@ -105,7 +105,7 @@ def test_trained_heads_make_greedy_medusa_take_fewer_target_passes(counting_gpt,
 def test_cache_after_medusa_steps_equals_plain_decoding(counting_gpt, trained_heads, rule, temperature):
     d = Decoder(counting_gpt, Medusa(counting_gpt, trained_heads, tree=TREES["random"]), rule=rule)
     prompt = [3, 5, 7, 9]
-    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0), 1000), [prompt], 8)
     assert d.cache.length == len(seq) - 1  # everything but the newest token, which has not been fed yet
     assert any(len(step.tokens) > 1 for p in produced for step in p.values())  # paths of the tree were kept
     assert_cache_holds(counting_gpt, d.cache, seq)
@@ -145,7 +145,7 @@ def test_cli_medusa_equals_ar(files, capsys):
     (["--heads", "{d}/other_heads.safetensors"], "different target"),
     (["--tree", "{d}/deep.json"], "only 3 heads"),
     (["--tree", "{d}/none.json"], "cannot read tree"),
-    (["--size", "0"], "1..127"), (["--size", "2,3"], "1..127")])
+    (["--size", "0"], "1..127"), (["--size", "2,3"], "a medusa size is NODES")])
 def test_cli_refuses_bad_medusa_settings(files, argv, message, capsys):
     argv = [a.format(d=files) for a in argv]
     assert message in refused(generate.main, ["--prompt", "x", "--model", str(files / "target.safetensors"), "--method",

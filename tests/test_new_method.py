@@ -14,26 +14,22 @@ from tinyspec.commands.cli import WEIGHTS
 ECHO = '''"""A toy method: it proposes the root again, k times (fixed tokens, so pointmass at T > 0)."""
 import torch
 
-from ..decoding import Proposal, Proposer
+from ..decoding import Proposal
 from ..tree import chain, tree_on
+from .base import Method
 
 
-class Echo(Proposer):
+class Echo(Method):
     name = "echo"
     chapter = 99
     summary = "proposes the last token again, k times"
     proposes = "fixed tokens"
     default_size = "2"
     sizes = ("1", "2")
-    size_help = "K: repeats (1-4)"
+    size_format = (("K", 1, 4, "repeats"),)
 
     def __init__(self, target):
         self.device = target.lm_head.weight.device
-
-    def shape(self, size):
-        if not size.isdigit() or not 1 <= int(size) <= 4:
-            raise ValueError(f"echo's size is 1..4, got {size!r}")
-        return int(size)
 
     def room(self, k):
         return k

@@ -170,7 +170,7 @@ def test_cli_parallel_equals_ar(files, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--size", "1,6,6"], "drafts 4 deep at most"),
+    (["--size", "1,5,5"], "drafts 4 deep at most"), (["--size", "1,6,6"], "DEPTH must be in 1..5"),
     (["--size", "2,4"], "TOPK,DEPTH,NODES"),
     (["--parallel", "{d}/eagle.safetensors"], "holds an EAGLE head"),
     (["--eagle", "{d}/parallel.safetensors"], "--eagle applies to --method eagle"),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tinyspec.commands import data, generate
-from tinyspec.decoding import Decoder
+from tinyspec.methods import Decoder
 from tinyspec.results import run_batch
 from tinyspec.methods.rest import DEPTH, MAX_MATCH, MIN_SHARE, Datastore, Rest, corpus_tree, suffix_array
 from tinyspec.sampling import Sampling
@@ -230,7 +230,7 @@ def test_cli_rest_equals_ar(files, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--size", "0,0"], "K,B"), (["--size", "17,2"], "K,B"), (["--size", "8"], "K,B"),
+    (["--size", "0,0"], "K or B at least 1"), (["--size", "17,2"], "K must be in 0..16"), (["--size", "8"], "K,B"),
     (["--accept", "lossless"], "pointmass"), (["--datastore", "{d}/none.safetensors"], "tinyspec data datastore"),
     (["--datastore", "{d}/target.safetensors"], "GPT model")])
 def test_cli_refuses_bad_rest_settings(files, argv, message, capsys):

@@ -166,7 +166,7 @@ def test_sized_methods_decode_what_plain_decoding_does(models):
         sizes = sizing.candidates(proposer, target.config.n_ctx)
         s = sizing.measure(target, proposer, None, prompts(2), Sampling(0.0), sizes, new_tokens=16)
         d = Decoder(target, proposer, policy=s.policy())
-        assert [run(d.steps(p, Sampling(0.0), None), 30).token_ids for p in prompts()] == plain, proposer.name
+        assert [run(d.steps(p, Sampling(0.0), None, 30)).token_ids for p in prompts()] == plain, proposer.name
 
 
 def test_a_method_that_never_proposed_takes_plain_steps():
@@ -189,7 +189,7 @@ def test_a_method_no_size_of_which_can_pay_runs_plain_decodings_loop(models):
         choose = policy.choose
         policy.choose = lambda rows: asked.append(rows) or choose(rows)  # the loop asks every step
         d = Decoder(target, DraftModel(target, draft), policy=policy)
-        assert run(d.steps(prompts()[0], Sampling(0.0), None), 20).token_ids == plain
+        assert run(d.steps(prompts()[0], Sampling(0.0), None, 20)).token_ids == plain
         assert bool(asked) == own_loop
 
 

@@ -81,7 +81,7 @@ def test_caches_after_speculative_steps_equal_plain_decoding(models, temperature
     proposer = DraftModel(target, drafts["close"])
     d = Decoder(target, proposer, "4")
     prompt = [5, 17, 3]
-    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0)), [prompt], 8)
+    [seq], produced = drive(d.steps(prompt, Sampling(temperature), torch.Generator().manual_seed(0), 1000), [prompt], 8)
     assert d.cache.length == len(seq) - 1  # everything but the newest token, not fed yet
     assert sum(step.proposed for p in produced for step in p.values()) > 0
     assert_cache_holds(target, d.cache, seq)
@@ -96,7 +96,7 @@ def test_the_drafts_cache_is_made_once_and_reused_prompt_after_prompt(models, te
     target, drafts = models
     proposer = DraftModel(target, drafts["close"])
     d = Decoder(target, proposer, "4")
-    tokens = lambda d, p: run(d.steps(p, Sampling(temperature), torch.Generator().manual_seed(3)), 30).token_ids
+    tokens = lambda d, p: run(d.steps(p, Sampling(temperature), torch.Generator().manual_seed(3), 30)).token_ids
     tokens(d, list(range(40)))
     cache = proposer.caches[0]
     for prompt in ([5, 17, 3], [9] * 12):

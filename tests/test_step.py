@@ -63,8 +63,8 @@ def test_a_recorded_step_writes_the_readable_loops_tokens(counting, method, size
     recorded, readable = Recorded(target, proposer, size), Decoder(target, proposer, size)
     accepted = rejected = 0
     for prompt in prompts:  # longest last: stale entries of the cache lie beyond the shorter prompts
-        got = run(recorded.steps(prompt, Sampling(0.0)), 30)
-        want = run(readable.steps(prompt, Sampling(0.0), None), 30)
+        got = run(recorded.steps(prompt, Sampling(0.0), None, 30))
+        want = run(readable.steps(prompt, Sampling(0.0), None, 30))
         assert got.token_ids == want.token_ids, f"{method}:{size}, a prompt of {len(prompt)}"
         if len(prompt) + 30 + recorded.slots - recorded.n_ctx < recorded.n_ctx:  # (near the context's end the
             # recorded loop takes plain steps where the readable one proposes less): the same proposals, step by step
@@ -78,13 +78,13 @@ def test_a_recorded_step_attends_with_the_kernel_too(counting):
     recorded step writes the readable loop's tokens: the kernel reads L on the device."""
     tree_attention = pytest.importorskip("tinyspec.kernels.tree_attention")
     target, methods, prompts = counting
-    readable = [run(Decoder(target, methods["medusa"], "4").steps(p, Sampling(0.0), None), 8).token_ids
+    readable = [run(Decoder(target, methods["medusa"], "4").steps(p, Sampling(0.0), None, 8)).token_ids
                 for p in prompts[:2]]
     sdpa = target.attention
     target.set_attention(tree_attention.TreeAttention())
     try:
         recorded = Recorded(target, methods["medusa"], "4")
-        assert [run(recorded.steps(p, Sampling(0.0)), 8).token_ids for p in prompts[:2]] == readable
+        assert [run(recorded.steps(p, Sampling(0.0), None, 8)).token_ids for p in prompts[:2]] == readable
     finally:
         target.set_attention(sdpa)  # (the counting model serves every test of the session)
 
@@ -166,7 +166,7 @@ def recorded_counts(m, method, rule, n_samples):
     recorded = Recorded(m["target"], proposer, size, rule)
     counts, proposed = [], 0
     for prompt in PROMPTS:
-        runs = [run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(seed)), N)
+        runs = [run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(seed), N))
                 for seed in range(n_samples)]
         counts.append(token_counts(runs, V, N))
         proposed += sum(res.proposed for res in runs)
@@ -247,7 +247,7 @@ def no_round_trips():
 def steps_without_round_trips(target, proposer, size, rule, sampling, prompt, n_steps=4):
     """Prefill as usual, then `n_steps` steps (and a plain one) with every round trip refused."""
     recorded = Recorded(target, proposer, size, rule)
-    loop = recorded.steps(prompt, sampling, torch.Generator().manual_seed(0))
+    loop = recorded.steps(prompt, sampling, torch.Generator().manual_seed(0), 100)
     next(loop)  # the prefill, and the method's reading of the prompt (the host's work, before any step)
     part, step, _, plain, _ = recorded.recording(sampling)
     if isinstance(part, step_module.HostPart):
@@ -287,7 +287,7 @@ def test_what_a_recorded_step_cannot_run_is_refused(counting, method, rule, tree
     proposer = Eagle(target, methods["eagle"].head, tree=tree) if tree is not None else methods[method]
     with pytest.raises(ValueError, match=message) as e:
         recorded = Recorded(target, proposer, None, rule)
-        next(recorded.steps([1, 2], Sampling(1.0), torch.Generator()))
+        next(recorded.steps([1, 2], Sampling(1.0), torch.Generator(), 10))
     assert "\n" not in str(e.value)
 
 
@@ -311,9 +311,9 @@ def test_a_recorded_graph_writes_the_readable_loops_tokens_on_the_gpu(counting_g
     recorded, readable = Recorded(target, proposer, size), Decoder(target, proposer, size)
     for n in (12, 1, 40):
         prompt = [rng.randrange(32) for _ in range(n)]
-        got, want = (run(d.steps(prompt, Sampling(0.0), None), 30).token_ids for d in (recorded, readable))
+        got, want = (run(d.steps(prompt, Sampling(0.0), None, 30)).token_ids for d in (recorded, readable))
         assert got == want, f"{method}:{size}, a prompt of {n}"
-    sampled = [tuple(run(recorded.steps([3, 4, 5], Sampling(2.0), torch.Generator("cuda").manual_seed(s)), 30).token_ids)
+    sampled = [tuple(run(recorded.steps([3, 4, 5], Sampling(2.0), torch.Generator("cuda").manual_seed(s), 30)).token_ids)
                for s in (1, 1, 2, 3, 4, 5)]
     assert sampled[0] == sampled[1] and len(set(sampled)) > 1  # a replay draws fresh numbers, a seed the same
 

@@ -258,7 +258,7 @@ def test_on_gpu(T, L, D, num_splits, dtype):
 def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
     """End to end in float32: Medusa verifying with the Triton kernel against SDPA, on the GPU."""
     from conftest import random_gpt, random_heads
-    from tinyspec.decoding import Decoder
+    from tinyspec.methods import Decoder
     from tinyspec.methods.medusa import Medusa
     from tinyspec.results import run
     from tinyspec.sampling import Sampling
@@ -267,7 +267,7 @@ def test_model_with_the_kernel_writes_the_same_tokens_on_gpu():
     model, heads = random_gpt(scale=3.0).cuda(), random_heads(32, 3, seed=1).cuda()
     tree = from_accuracies(torch.tensor([[0.5, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.2, 0.1]]), 12)
     decoder = Decoder(model, Medusa(model, heads, tree=tree))
-    tokens = lambda: run(decoder.steps([3, 1, 4, 1, 5], Sampling(0.0), None), 40).token_ids
+    tokens = lambda: run(decoder.steps([3, 1, 4, 1, 5], Sampling(0.0), None, 40)).token_ids
     reference = tokens()
     model.set_attention(ta.TreeAttention())
     assert tokens() == reference

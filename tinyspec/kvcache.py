@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from .model import causal_mask, prefix_mask
+
 
 class KVCache:
     """Keys and values of shape (n_layer, rows, n_head, max_len, head_dim); row b's slots
@@ -121,16 +123,15 @@ class KVCache:
         the 7 tree nodes. If nodes 0 and 3 (slots 11 and 14) are the accepted path,
         `keep([10, 11, 14])` leaves slots 0..12 = prefix, root, node 0, node 3; length 13.
         A ValueError unless the slots ascend and lie below the length."""
-        slots = torch.as_tensor(slots, dtype=torch.long)
-        start, length = int(slots[0]), self.lengths[row]
-        if slots[-1] >= length or (slots.numel() > 1 and bool((slots[1:] <= slots[:-1]).any())):
-            raise ValueError(f"keep() needs ascending slots below length {length}, got {slots.tolist()}")
-        end = start + slots.numel()
-        if int(slots[-1]) != end - 1:  # else the slots are start..end-1 already: nothing moves
-            slots = slots.to(self.k.device)
+        slots, length = [int(s) for s in slots], self.lengths[row]
+        if slots[-1] >= length or any(b <= a for a, b in zip(slots, slots[1:])):
+            raise ValueError(f"keep() needs ascending slots below length {length}, got {slots}")
+        start, end = slots[0], slots[0] + len(slots)
+        if slots[-1] != end - 1:  # else the slots are start..end-1 already: nothing moves
+            index = torch.tensor(slots, device=self.k.device)
             # index_select copies first, so overlapping source and destination slots are safe
-            self.k[:, row, :, start:end] = self.k[:, row].index_select(2, slots)
-            self.v[:, row, :, start:end] = self.v[:, row].index_select(2, slots)
+            self.k[:, row, :, start:end] = self.k[:, row].index_select(2, index)
+            self.v[:, row, :, start:end] = self.v[:, row].index_select(2, index)
         self.lengths[row] = end
 
     def positions(self, offsets: torch.Tensor) -> torch.Tensor:
@@ -159,3 +160,62 @@ class KVCache:
                 self.k[:, new, :, :n] = self.k[:, old, :, :n]
                 self.v[:, new, :, :n] = self.v[:, old, :, :n]
         self.lengths = [self.lengths[r] for r in rows]
+
+
+def feed(model, cache: KVCache, inputs: list[torch.Tensor], masks: list | None = None,
+         offsets: list | None = None) -> list[torch.Tensor]:
+    """ONE forward of `model` for all live rows of `cache`: row b feeds inputs[b] (n_b,) after its
+    cached tokens, causally at the next positions, or (masks[b] not None) among themselves as
+    masks[b] (n_b, n_b) allows, at positions length + offsets[b] (a tree: its mask and depths).
+    Rows are padded at the end to the longest; the padding enters the cache like a rejected
+    proposal and is dropped again, so each row advances by its own n_b. Returns the final
+    hidden states of each row's own tokens, [(n_b, C)]."""
+    if len(inputs) == 1:  # one row: nothing to pad, and the mask is the prefix's (or none, causally)
+        L, mask = cache.lengths[0], None if masks is None else masks[0]
+        if mask is None:
+            return [model.hidden(inputs[0][None], cache=cache)[0]]
+        return [model.hidden(inputs[0][None], positions=L + offsets[0], cache=cache, attn_mask=prefix_mask(mask, L))[0]]
+    device = inputs[0].device
+    n = torch.tensor([len(x) for x in inputs], device=device)  # (B,)
+    T = int(n.max())
+    x = torch.nn.utils.rnn.pad_sequence(inputs, batch_first=True)  # (B, T), padded with token 0
+    t = torch.arange(T, device=device)
+    pos = torch.where(t < n[:, None], t, 0)  # (B, T); padding at offset 0, the row's root: a position that exists
+    new_mask = causal_mask(T, device).repeat(len(inputs), 1, 1)  # (B, T, T); nothing real sees the padding
+    for b in range(len(inputs) if masks is not None else 0):
+        if masks[b] is not None:
+            new_mask[b, :len(inputs[b]), :len(inputs[b])] = masks[b]
+            pos[b, :len(inputs[b])] = offsets[b]
+    before = list(cache.lengths)
+    h = model.hidden(x, positions=cache.positions(pos), cache=cache, attn_mask=cache.mask(new_mask))  # (B, T, C)
+    for b, length in enumerate(before):
+        cache.truncate(length + len(inputs[b]), b)  # drop the padding
+    return [h[b, :len(inputs[b])] for b in range(len(inputs))]
+
+
+class SlotWriter:
+    """Stands in for the cache inside a forward whose shapes must not depend on the cache's length
+    (a recorded step, `kernels/step.py`): `CausalSelfAttention` calls `update`, which writes the
+    new keys and values at `slots` (a device tensor) and returns every slot of the layer. Nothing
+    advances: whoever owns the step keeps the length."""
+
+    def __init__(self, cache: KVCache, slots: torch.Tensor):
+        self.cache, self.slots = cache, slots
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        self.cache.k[layer].index_copy_(2, self.slots, k)  # (B, H, max_len, D): dim 2 is the slot
+        self.cache.v[layer].index_copy_(2, self.slots, v)
+        return self.cache.k[layer], self.cache.v[layer]
+
+    def advance(self, n: int) -> None:
+        """Nothing: a replayed graph runs no Python, so the step's owner keeps the length."""
+
+
+def slot_mask(tree_mask: torch.Tensor, length: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(n, max_len) bool, for a `SlotWriter`'s forward: every slot below L (a device tensor of one
+    element), then `tree_mask` (n, m) at slots L .. L + m - 1 (m = n: the new tokens among
+    themselves), and nothing beyond."""
+    m = tree_mask.shape[1]
+    rel = torch.arange(max_len, device=tree_mask.device) - length  # slot s holds new token s - L
+    in_step = (rel >= 0) & (rel < m)
+    return (rel < 0) | (tree_mask[:, rel.clamp(0, m - 1)] & in_step)

@@ -1,10 +1,9 @@
 """Driving a decoding loop: the steps `decoding.decode` yields, collected into each row's
-`Result` (its tokens, where each came from, the counts tau and the acceptance figures come from),
-until the row's end of text, its token budget or the end of its context.
+`Result` (its tokens, where each came from, the counts tau and the acceptance figures come from).
 
-`decode` only yields what each target forward gave each row; what a caller wants of a run (the
-text, tokens per forward, tokens/s, which sizes the steps took) is counted here, once, for
-`generate`, the benchmark, sizing and the tests alike.
+`decode` yields what each target forward gave each row, cut where the row stops; what a caller
+wants of a run (the text, tokens per forward, tokens/s, which sizes the steps took) is counted
+here, once (`add`), for `generate`, the benchmark, sizing and the tests alike.
 """
 
 from __future__ import annotations
@@ -59,75 +58,53 @@ def size_order(item) -> tuple:
     return tuple(int(x) if x.isdigit() else 0 for x in item[0].split(","))
 
 
-def run_batch(steps: Steps, rows: int, max_new_tokens: int, stop_id: int | None = None,
-              on_step: Callable[[Step], None] | None = None, device: torch.device | None = None) -> list[Result]:
-    """Drive a decoding loop: collect each row's tokens until end of text, max_new_tokens or the
-    end of its context (stop reason "context"; the loop itself ends the row). Ctrl-C ends the run
-    too ("interrupted"), so the caller can still show what came. A row's wall_s is the time from
-    the start until its last token: its latency, in a batch that started together.
+def run_batch(steps: Steps, rows: int, on_step: Callable[[Step], None] | None = None,
+              device: torch.device | None = None) -> list[Result]:
+    """Drive a decoding loop to its end, counting each row's steps into its Result; Ctrl-C ends the
+    run too ("interrupted"), so the caller can still show what came. A row's wall_s is the time
+    from the start until its last token: its latency, in a batch that started together.
     on_step(step): called with what each step added (to stream one row's text)."""
     results = [Result() for _ in range(rows)]
-    ended = set()
     t0 = time.perf_counter()
 
     def now() -> float:  # a GPU runs ahead of the host: wait for it before reading the clock
         if device is not None and device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
-    reason = "context"
     try:
-        produced = next(steps)
-        for res in results:
-            res.prefill_s = now()
-        while True:
-            done = []
+        for i, produced in enumerate(steps):
             for row, step in produced.items():
-                stop = take(results[row], step, max_new_tokens, stop_id, on_step)
-                if stop:
-                    results[row].stop_reason, results[row].wall_s = stop, now()
-                    done.append(row)
-            ended.update(done)
-            if len(ended) == rows:
-                break
-            produced = steps.send(done)
-    except StopIteration:
-        reason = "context"  # every row that went on filled its context window
+                add(results[row], step)
+                if on_step and step.tokens:
+                    on_step(step)
+                if i == 0:  # the prompt's forward and the first token
+                    results[row].prefill_s = now()
+                if step.stop:
+                    results[row].stop_reason, results[row].wall_s = step.stop, now()
     except KeyboardInterrupt:  # Ctrl-C: every row keeps what it has
-        reason = "interrupted"
-    for row in set(range(rows)) - ended:
-        results[row].stop_reason, results[row].wall_s = reason, now()
+        for res in results:
+            if not res.wall_s:
+                res.stop_reason, res.wall_s = "interrupted", now()
     return results
 
 
-def run(steps: Steps, max_new_tokens: int, stop_id: int | None = None,
-        on_step: Callable[[Step], None] | None = None, device: torch.device | None = None) -> Result:
+def run(steps: Steps, on_step: Callable[[Step], None] | None = None, device: torch.device | None = None) -> Result:
     """`run_batch` for a loop of one row (one prompt)."""
-    return run_batch(steps, 1, max_new_tokens, stop_id, on_step, device)[0]
+    return run_batch(steps, 1, on_step, device)[0]
 
 
-def take(res: Result, step: Step, max_new_tokens: int, stop_id: int | None, on_step) -> str | None:
-    """Add one step's tokens to the result, up to the budget or end of text; returns the stop
-    reason if the run ends here."""
+def add(res: Result, step: Step) -> None:
+    """Count one step (as the loop kept it: cut at the budget or the end of text) into the result."""
     res.target_steps += 1
     res.proposed += step.proposed
     res.sizes[step.size] += 1
     res.fed[step.size, step.fed] += 1
-    room = max_new_tokens - len(res.token_ids)
-    keep, reason = len(step.tokens), None
-    if stop_id in step.tokens[:room]:  # end of text within the budget (past it, the budget ends first)
-        keep, reason = step.tokens.index(stop_id), "eot"
-    elif keep >= room:
-        keep, reason = room, "length"
-    res.token_ids += step.tokens[:keep]
-    res.sources += step.sources[:keep]
-    accepted = step.sources.count(ACCEPTED)
-    res.accepted += step.sources[:keep].count(ACCEPTED)
-    res.rejections += CORRECTION in step.sources[:keep]
+    res.token_ids += step.tokens
+    res.sources += step.sources
+    res.accepted += step.sources.count(ACCEPTED)
+    res.rejections += CORRECTION in step.sources
     if step.proposed:
         res.speculated += 1
-        res.empty += accepted == 0
-        for d in range(1, accepted + 1):
+        res.empty += step.accepted == 0
+        for d in range(1, step.accepted + 1):
             res.accepted_at[d] += 1
-    if on_step and keep:
-        on_step(Step(step.tokens[:keep], step.sources[:keep]))
-    return reason

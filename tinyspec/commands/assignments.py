@@ -171,7 +171,7 @@ CHAPTERS = {
                     "explain by the cost of proposing (depth head forwards against one) whether the lower tau of "
                     "Medusa-style depths is paid back on your CPU."),
     "lookup": Chapter(
-        "9 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/lookup.py:NgramIndex.propose",),
+        "9 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/ngrams.py:NgramIndex.propose",),
         ("tests/test_lookup.py::test_index_example_and_incremental_updates_match_a_scan",
          "tests/test_lookup.py::test_greedy_lookup_equals_plain_decoding",
          "tests/test_lookup.py::test_greedy_lookup_runs_to_the_end_of_the_context",
@@ -184,7 +184,7 @@ CHAPTERS = {
                     "tau above F(1 + k) pays."),
     "lookahead": Chapter(
         "9 Draft-free speculation: prompt lookup, lookahead and retrieval",
-        ("methods/lookahead.py:trie", "methods/lookahead.py:window_mask", "methods/lookahead.py:step_mask",
+        ("methods/ngrams.py:trie", "methods/lookahead.py:window_mask", "methods/lookahead.py:step_mask",
          "methods/lookahead.py:slide"),
         ("tests/test_lookahead.py::test_masks_are_the_drawn_ones",
          "tests/test_lookahead.py::test_trie_merges_shared_prefixes_and_the_pool_keeps_the_most_recent",
@@ -262,7 +262,7 @@ CHAPTERS = {
                     "auto chose (the report's \"sizing\" rows, made by your Sizing.speedup from the measured step "
                     "costs): where they differ, say which term of the cost model missed."),
     "batch": Chapter(
-        "13 Batch > 1: speculation against batching", ("decoding.py:feed",),
+        "13 Batch > 1: speculation against batching", ("kvcache.py:feed",),
         ("tests/test_batch.py::test_rows_of_different_lengths_equal_their_own_single_caches",
          "tests/test_batch.py::test_greedy_rows_equal_plain_decoding_at_every_batch_size",
          "tests/test_batch.py::test_each_rows_cache_equals_plain_decodings",

@@ -31,9 +31,8 @@ from tqdm import tqdm
 from ..decoding import PLAIN
 
 from ..results import run, run_batch, size_order
-from ..decoding import Decoder
 from ..kernels.step import PARTS, Recorded, refusal
-from ..methods import METHODS, check_rule
+from ..methods import METHODS, Decoder, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
@@ -112,7 +111,7 @@ class Runner:
         with ledger.watching(decoder) if self.profile else contextlib.nullcontext():
             for i, prompt in enumerate(prompts, first):
                 generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
-                res = run(decoder.steps(prompt, sampling, generator), self.max_new, None, None, self.device)
+                res = run(decoder.steps(prompt, sampling, generator, self.max_new), None, self.device)
                 for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes", "fed",
                             "accepted_at", "speculated", "empty"):
                     totals[key] += getattr(res, key)
@@ -132,7 +131,7 @@ class Runner:
             rows = prompts[first:first + size]
             generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
             t0 = time.perf_counter()
-            results = run_batch(decoder.batch_steps(rows, sampling, generators), len(rows), self.max_new)
+            results = run_batch(decoder.batch_steps(rows, sampling, generators, self.max_new), len(rows))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             totals["wall_s"] += time.perf_counter() - t0

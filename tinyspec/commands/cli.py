@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..decoding import Proposer
 from ..files import unwritable
 from ..methods import METHODS, build
+from ..methods.base import Method
 from ..model import GPT
 from ..tokenizer import load_tokenizer
 from ..verify import RULES
@@ -256,7 +256,7 @@ def method_flags() -> dict[str, tuple[str, ...]]:
 
 def add_method_flags(ap: argparse.ArgumentParser) -> None:
     """--size, --accept, and every method's weights flag and settings, each flag once, and --draft-vocab."""
-    sizes = "; ".join(f"{name}: {m.size_help} (default: {m.default_size})" for name, m in METHODS.items() if m.sizes)
+    sizes = "; ".join(f"{name}: {m.size_help()} (default: {m.default_size})" for name, m in METHODS.items() if m.sizes)
     ap.add_argument("--size", help=f"how much a step proposes, as the method spells it, or 'auto': sized for this "
                     f"device on first use (measured, then cached) and chosen step by step, plain steps where nothing "
                     f"pays. {sizes}")
@@ -328,7 +328,7 @@ def load_weights(method: str, path: str | Path | None, target: GPT, enc, device,
     return loaded
 
 
-def load_method(method: str, args, target: GPT, enc, device, dtype) -> Proposer:
+def load_method(method: str, args, target: GPT, enc, device, dtype) -> Method:
     """The method `args.method` names, over `target`, with its weights, settings and --draft-vocab."""
     m = METHODS[method]
     weights = load_weights(method, getattr(args, m.weights.flag.lstrip("-").replace("-", "_")), target, enc, device,
@@ -342,7 +342,7 @@ def load_method(method: str, args, target: GPT, enc, device, dtype) -> Proposer:
         die(str(e))
 
 
-def parse_size(proposer: Proposer, size: str | None, n_ctx: int, flag: str = "--size") -> str | None:
+def parse_size(proposer: Method, size: str | None, n_ctx: int, flag: str = "--size") -> str | None:
     """--size as the method spells it ('auto' passes), checked by the method, and against a context
     of n_ctx tokens (a step of it must fit after a prompt): one line naming `flag` if not."""
     if size is None or size == "auto":

@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decoding import ACCEPTED, BONUS, CORRECTION, Decoder, Step
+from ..decoding import ACCEPTED, BONUS, CORRECTION, Step
 
 from ..results import run, run_batch
 from ..kernels.step import Recorded
-from ..methods import METHODS, check_rule
+from ..methods import METHODS, Decoder, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
@@ -263,8 +263,8 @@ def generate(args) -> None:
         for first in range(0, len(prompts), args.batch_size):
             rows = encoded[first:first + args.batch_size]
             generators = [torch.Generator(device=device).manual_seed(args.seed + first + i) for i in range(len(rows))]
-            results = run_batch(decoder.batch_steps(rows, sampling, generators), len(rows), args.max_new_tokens,
-                                enc.eot_token, device=device)
+            results = run_batch(decoder.batch_steps(rows, sampling, generators, args.max_new_tokens, enc.eot_token),
+                                len(rows), device=device)
             tokens, wall = sum(len(r.token_ids) for r in results), max(r.wall_s for r in results)
             together = dict(batch_size=len(rows), batch_tokens_per_s=round(tokens / max(wall, 1e-9), 2))
             for i, (prompt, res) in enumerate(zip(prompts[first:], results), first):
@@ -284,7 +284,7 @@ def generate(args) -> None:
             print(heading(i, len(prompts)) + prompt, end="", flush=True)
         ledger = Ledger(device)
         with ledger.watching(decoder) if args.profile else contextlib.nullcontext():
-            res = run(decoder.steps(ids, sampling, generator), args.max_new_tokens, enc.eot_token, printer, device)
+            res = run(decoder.steps(ids, sampling, generator, args.max_new_tokens, enc.eot_token), printer, device)
         report(prompt, res, printer, {"ledger_s": ledger.split(res.wall_s)} if args.profile else {}, i)
 
 

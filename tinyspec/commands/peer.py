@@ -121,8 +121,8 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes
         import transformers  # noqa: F401
     except ImportError:
         return []
-    ours = lambda prompt: run(runner.decoder(("ar", "", None), Sampling(0.0)).steps(prompt, Sampling(0.0), None),
-                              runner.max_new).token_ids  # tinyspec's greedy tokens, to compare with
+    ours = lambda prompt: run(runner.decoder(("ar", "", None), Sampling(0.0)).steps(
+        prompt, Sampling(0.0), None, runner.max_new)).token_ids  # tinyspec's greedy tokens, to compare with
     peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
                              ours, modes or MODES)
     for peer in (p for p in peers if "error" not in p):

@@ -16,8 +16,8 @@ import torch
 from . import data, distill
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .cli import check_destination, check_output, die, pick_device, set_threads, shown
+from ..methods import Decoder
 from ..results import run
-from ..decoding import Decoder
 from ..methods.eagle import Eagle, EagleHead
 from ..methods.parallel import Parallel, ParallelHead
 from ..files import atomic_write_text, read_tensors
@@ -251,6 +251,6 @@ def held_out_tau(target: GPT, method, size: str, sequences: np.ndarray, prompt_l
     tokens = steps = 0
     decoder = Decoder(target, method, size)
     for seq in sequences[:n]:
-        res = run(decoder.steps(seq[:prompt_len].tolist(), Sampling(0.0), None), 64)
+        res = run(decoder.steps(seq[:prompt_len].tolist(), Sampling(0.0), None, 64))
         tokens, steps = tokens + len(res.token_ids), steps + res.target_steps
     return tokens / steps

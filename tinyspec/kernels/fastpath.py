@@ -9,9 +9,9 @@ depend on what the host decides per step. `GPT.hidden` is that forward already; 
 its inputs change here:
 
 - the cache: `KVCache.update` writes at the Python slice `length:length + n` and returns
-  `length + n` keys. `SlotWriter` writes at slots given as a device tensor (`index_copy_`) and
-  returns every slot of the cache, all `max_len` of them;
-- the attention mask: `slot_mask` hides the slots not yet written, computed on the device from
+  `length + n` keys. `kvcache.SlotWriter` writes at slots given as a device tensor (`index_copy_`)
+  and returns every slot of the cache, all `max_len` of them;
+- the attention mask: `kvcache.slot_mask` hides the slots not yet written, computed on the device from
   L (a 0-d tensor), and applies the tree mask at slots L .. L + n - 1;
 - the positions: `L + depth`, added on the device.
 
@@ -30,33 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from ..kvcache import KVCache
+from ..kvcache import KVCache, SlotWriter, slot_mask
 from ..model import GPT, causal_mask
-
-
-class SlotWriter:
-    """Stands in for the KVCache inside a fixed-shape forward (`CausalSelfAttention` calls
-    `update`): writes the new keys and values at `slots` and returns every slot of the layer."""
-
-    def __init__(self, cache: KVCache, slots: torch.Tensor):
-        self.cache, self.slots = cache, slots
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        self.cache.k[layer].index_copy_(2, self.slots, k)  # (B, H, max_len, D): dim 2 is the slot
-        self.cache.v[layer].index_copy_(2, self.slots, v)
-        return self.cache.k[layer], self.cache.v[layer]
-
-    def advance(self, n: int) -> None:
-        """Nothing: a graph replay runs no Python, so the forward's owner advances the cache."""
-
-
-def slot_mask(tree_mask: torch.Tensor, length: torch.Tensor, max_len: int) -> torch.Tensor:
-    """(n, max_len) bool: every slot below L (a device tensor of one element), then `tree_mask`
-    (n, m) at slots L .. L + m - 1 (m = n: the new tokens among themselves), and nothing beyond."""
-    m = tree_mask.shape[1]
-    rel = torch.arange(max_len, device=tree_mask.device) - length  # slot s holds new token s - L
-    in_step = (rel >= 0) & (rel < m)
-    return (rel < 0) | (tree_mask[:, rel.clamp(0, m - 1)] & in_step)
 
 
 class FixedForward:

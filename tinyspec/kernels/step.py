@@ -10,7 +10,7 @@ replays recorded launches with one call, but it replays them on the same memory 
 shapes and cannot ask anything. So here every answer stays on the device as a tensor:
 
 - the cache length L and the root are tensors; the nodes are fed at slots L .. L + T
-  (`fastpath.SlotWriter`) and see the slots below L and their ancestors (`fastpath.slot_mask`);
+  (`kvcache.SlotWriter`) and see the slots below L and their ancestors (`kvcache.slot_mask`);
 - a tree grown per step (EAGLE-2's) has a fixed number of nodes, and its mask and depths are
   derived from its parent indices on the device (`tree_tensors`), not built in Python;
 - acceptance is index arithmetic: the greedy rule and the point-mass rule are one rule
@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_CLOCK, TARGET, Proposer, Row, Step, Verified, default_rule, prefill
-from ..kvcache import KVCache
+from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_CLOCK, TARGET, Row, Step, Verified, ended, prefill
+from ..kvcache import KVCache, SlotWriter, slot_mask
+from ..methods.base import Method, default_rule
 from ..methods.eagle import grow_tree  # the readable method's own growth, read back nowhere
 from ..model import GPT, causal_mask
 from ..sampling import Sampling, draw, residual
 from ..tree import Tree, chain
-from .fastpath import SlotWriter, slot_mask
 
 
 
@@ -340,7 +340,7 @@ PARTS = {"ar": None, "draft": DraftPart, "medusa": MedusaPart, "eagle": EaglePar
          "lookup": HostPart, "rest": HostPart}  # each method's part (plain decoding has none)
 
 
-def refusal(method: Proposer, rule: str | None) -> str | None:
+def refusal(method: Method, rule: str | None) -> str | None:
     """Why a recorded step cannot run `method` judged by `rule` (None: the default), or None."""
     if method.name not in PARTS:
         return f"{method.name} has no recorded step: run it without --cuda-graph"
@@ -434,8 +434,8 @@ class Recorded:
     for the end of the context, where the tree would not fit, and where a lookup finds nothing).
     clock: a `speed/ledger.py` Ledger times each step (part "step") and the host's proposing."""
 
-    def __init__(self, target: GPT, proposer: Proposer | None = None, size: str | None = None, rule: str | None = None):
-        self.target, self.proposer, self.rule = target, proposer or Proposer(), rule
+    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, rule: str | None = None):
+        self.target, self.proposer, self.rule = target, proposer or Method(), rule
         self.size = size or self.proposer.default_size
         self.shape = self.proposer.shape(self.size) if self.size else None
         self.n_ctx = min(target.config.n_ctx, self.proposer.n_ctx or target.config.n_ctx)
@@ -461,12 +461,15 @@ class Recorded:
             self.recorded[key] = part, step, record(step), plain, record(plain)
         return self.recorded[key]
 
-    def batch_steps(self, prompts: list[list[int]], sampling: Sampling, generators: list):
+    def batch_steps(self, prompts: list[list[int]], sampling: Sampling, generators: list, max_new_tokens: int,
+                    stop_id: int | None = None):
         if len(prompts) != 1:
             raise ValueError("a recorded step decodes one prompt at a time (batch size 1)")
-        return self.steps(prompts[0], sampling, generators[0])
+        return self.steps(prompts[0], sampling, generators[0], max_new_tokens, stop_id)
 
-    def steps(self, prompt: list[int], sampling: Sampling, generator=None):
+    def steps(self, prompt: list[int], sampling: Sampling, generator, max_new_tokens: int, stop_id: int | None = None):
+        """The loop for one prompt, as `decoding.decode` yields it: the prefill (the readable one),
+        then one replay and one read-back a step, until the row stops (`decoding.ended`)."""
         part, step, replay, plain, plain_replay = self.recording(sampling)
         L, root, device_generator = self.state
         row = Row(0, list(prompt), generator)
@@ -479,8 +482,11 @@ class Recorded:
         if part is not None:
             part.begin(row.text, hidden)
         length, deepest = len(prompt), part.D if part is not None else 0
-        done = yield {0: Step([row.text[-1]], [TARGET])}
-        while length < self.n_ctx and not (done and 0 in done):
+        produced = ended(Step([row.text[-1]], [TARGET]), row, max_new_tokens, stop_id, length >= self.n_ctx)
+        while True:
+            yield {0: produced}
+            if produced.stop:
+                return
             room = self.n_ctx - 1 - length
             with self.clock.part("propose"):
                 speculate = part is not None and deepest <= room and (not isinstance(part, HostPart) or part.offer(room))
@@ -491,8 +497,6 @@ class Recorded:
             if isinstance(part, HostPart):
                 with self.clock.part("propose"):
                     part.heard(tokens)
-            if speculate:
-                sources = [ACCEPTED] * (n - 1) + [CORRECTION if correction else BONUS]
-                done = yield {0: Step(tokens, sources, proposed, self.size, step.T + 1)}
-            else:
-                done = yield {0: Step(tokens, [TARGET])}
+            produced = Step(tokens, [ACCEPTED] * (n - 1) + [CORRECTION if correction else BONUS], proposed, self.size,
+                            step.T + 1, n - 1) if speculate else Step(tokens, [TARGET])
+            produced = ended(produced, row, max_new_tokens, stop_id, length >= self.n_ctx)

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding import Proposal, Proposer, Row, Setting, Verified, Weights, feed, last
-from ..kvcache import KVCache
+from ..decoding import Proposal, Row, Verified, last
+from ..kvcache import KVCache, feed
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, residual, sample
 from ..tree import chain, tree_on
 from ..verify import RULES
+from .base import Method, Weights
 
 
 def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, drafts: torch.Tensor,
@@ -64,7 +65,7 @@ def speculative_sampling(tokens: torch.Tensor, p: torch.Tensor, tree, q: torch.T
     return torch.arange(n + 1, device=tokens.device), token
 
 
-class DraftModel(Proposer):
+class DraftModel(Method):
     """A small GPT of the target's tokenizer proposes k tokens, one forward each (step 1 above)."""
     name = "draft"
     chapter = 5  # of the walkthrough
@@ -76,7 +77,7 @@ class DraftModel(Proposer):
     reduced_vocab = True
     default_size = "4"
     sizes = ("1", "2", "4")
-    size_help = "K: tokens the draft proposes per step (1-16)"
+    size_format = (("K", 1, 16, "tokens the draft proposes per step"),)
 
     def __init__(self, target: GPT, draft: GPT, draft_vocab: torch.Tensor | None = None):
         if draft.config.vocab_size != target.config.vocab_size:
@@ -88,17 +89,12 @@ class DraftModel(Proposer):
         self.cache = KVCache.for_model(draft, 2 * draft.config.n_ctx)  # batch 1's, reused prompt after prompt
         self.caches = ()
 
-    def shape(self, size: str) -> int:
-        if not size.isdigit() or not 1 <= int(size) <= 16:
-            raise ValueError(f"a draft's size is its k, an integer in 1..16, got {size!r}")
-        return int(size)
-
     def room(self, k: int) -> int:
         return k
 
     def rule(self, name: str):
-        # a chain with one child per node: the lossless rule IS Leviathan's, and greedy is its T = 0
-        return speculative_sampling if name in ("greedy", "lossless") else RULES[name]
+        # a chain with one child per node: the lossless rule IS Leviathan's (the greedy rule is its T = 0)
+        return speculative_sampling if name == "lossless" else RULES[name]
 
     def start(self, rows: list[Row], hidden, slots: int) -> None:
         # a draft that sat out plain steps catches up on all of them in its next forward: room for the text twice
@@ -120,18 +116,22 @@ class DraftModel(Proposer):
             for b, kb in enumerate(ks):
                 if i > kb:  # row b proposes no more: its stand-in takes the same slot again (past it, near the
                     cache.truncate(cache.lengths[b] - 1, b)  # context's end, is a position the draft does not have)
-            q = sampling.probs(self.lm_head(last(feed(self.draft, cache, unseen))))  # (B, V)
-            tokens = q.argmax(-1)  # (B,): greedy; and the stand-in of a row that proposes fewer (it draws nothing)
+            logits = self.lm_head(last(feed(self.draft, cache, unseen)))  # (B, V)
+            tokens = logits.argmax(-1)  # (B,): greedy; and the stand-in of a row that proposes fewer (it draws nothing)
+            if sampled or sampling.temperature > 0:  # q: what each row draws from, and the rule judges draws by
+                qs.append(sampling.probs(logits))
             if sampling.temperature > 0:
-                tokens = torch.stack([sample(q[b], r.generator) if i < ks[b] else tokens[b] for b, r in enumerate(rows)])
+                tokens = torch.stack([sample(qs[-1][b], r.generator) if i < ks[b] else tokens[b]
+                                      for b, r in enumerate(rows)])
             drafts.append(tokens)
-            qs.append(q)
             unseen = list(drafts[-1][:, None])
         if not drafts:
             return [None] * len(rows)
-        drafts, q = torch.stack(drafts, 1), torch.stack(qs, 1)  # (B, k), (B, k, V)
-        return [Proposal(drafts[b, :kb], tree_on(chain(kb).parents, device), torch.cat([q[b, :1], q[b, :kb]]))
-                if kb else None for b, kb in enumerate(ks)]
+        drafts = torch.stack(drafts, 1)  # (B, k)
+        q = torch.stack(qs, 1) if qs else None  # (B, k, V); greedy needs none
+        return [Proposal(drafts[b, :kb], tree_on(chain(kb).parents, device),
+                         None if q is None else torch.cat([q[b, :1], q[b, :kb]])) if kb else None
+                for b, kb in enumerate(ks)]
 
     def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
         """The draft's cache keeps what the target accepted: its text up to the new root."""

@@ -43,12 +43,13 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
+from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
 from ..kvcache import KVCache
 from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
 from ..sampling import Sampling, sample
 from ..tree import Tree, load_tree
+from .base import STATIC_TREE, Method, Weights
 
 
 class EagleHead(nn.Module):
@@ -330,7 +331,7 @@ class Pending:
         return torch.cat([f for f, _ in self.pieces]), torch.cat([t for _, t in self.pieces])
 
 
-class Eagle(Proposer):
+class Eagle(Method):
     """The head drafts features and grows EAGLE-2's tree (steps 0-1 and 5 above). A size is
     (top_k, depth, total_tokens); with --tree, a static shape instead."""
     name = "eagle"
@@ -345,8 +346,8 @@ class Eagle(Proposer):
     # top_k = 1 is a chain: two head forwards for depth 2, where a small model's fixed cost per
     # forward makes every forward count
     sizes = ("1,2,2", "1,3,3", "2,3,4", "2,4,8", "2,6,16")
-    size_help = "TOPK,DEPTH,NODES: EAGLE-2's tree: TOPK children per expanded node and TOPK nodes expanded per " \
-                "depth, DEPTH deep, its NODES most likely nodes kept (each 1-16, NODES up to 127)"
+    size_format = (("TOPK", 1, 16, "children per expanded node, and nodes expanded per depth"),
+                   ("DEPTH", 1, 16, "the tree's depth"), ("NODES", 1, 127, "the most likely nodes kept"))
 
     def __init__(self, target: GPT, head: EagleHead, draft_vocab: torch.Tensor | None = None,
                  tree: str | Tree | None = None):
@@ -359,16 +360,7 @@ class Eagle(Proposer):
 
     def shape(self, size: str):
         """(top_k, depth, total_tokens), or the static tree from --tree whatever the size."""
-        if self.static is not None:
-            return self.static
-        parts = size.split(",")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"an EAGLE size is TOPK,DEPTH,NODES (e.g. {self.default_size}), got {size!r}")
-        top_k, depth, total = map(int, parts)
-        if not (1 <= top_k <= 16 and 1 <= depth <= 16 and 1 <= total <= 127):
-            raise ValueError(f"an EAGLE size TOPK,DEPTH,NODES needs TOPK and DEPTH in 1..16, NODES in 1..127, "
-                             f"got {size!r}")
-        return top_k, depth, total
+        return self.static if self.static is not None else self.parse_size(size)
 
     def room(self, shape) -> int:
         return len(shape) if isinstance(shape, Tree) else shape[2]

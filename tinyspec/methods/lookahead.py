@@ -37,10 +37,12 @@ from typing import Callable
 
 import torch
 
-from ..decoding import Proposal, Proposer, Row, Verified
+from ..decoding import Fed, Proposal, Row, Verified
 from ..model import GPT
 from ..sampling import Sampling
 from ..tree import Tree, tree_on
+from .base import Method
+from .ngrams import trie
 
 
 class NgramPool:
@@ -62,27 +64,6 @@ class NgramPool:
     def guesses(self, token: int) -> list[tuple[int, ...]]:
         """The continuations of `token`, most recent first."""
         return list(reversed(self.table.get(token, {})))
-
-
-def trie(continuations) -> tuple[list[int], tuple[int, ...]]:
-    """Merge token sequences into one tree below the root: shared prefixes become one path, so
-    siblings carry distinct tokens and no node is verified twice. Returns (the nodes' tokens,
-    their parents), in topological order.
-
-    Example: (a, b, c), (a, b, d), (e, f, g) -> tokens [a, b, c, d, e, f, g],
-    parents (-1, 0, 1, 1, -1, 4, 5):   root ─ a ─ b ─ c
-                                            │       └ d
-                                            └ e ─ f ─ g"""
-    tokens, parents, node = [], [], {}
-    for sequence in continuations:
-        parent = -1
-        for t in sequence:
-            if (parent, t) not in node:
-                node[parent, t] = len(tokens)
-                tokens.append(t)
-                parents.append(parent)
-            parent = node[parent, t]
-    return tokens, tuple(parents)
 
 
 @functools.lru_cache(maxsize=64)
@@ -171,7 +152,7 @@ class Window:
         self.pool, self.fill = NgramPool(32), filler(prompt)  # 32: the most guesses a step verifies (G)
 
 
-class Lookahead(Proposer):
+class Lookahead(Method):
     """The window's n-grams that start with the root, verified beside the next Jacobi iteration."""
     name = "lookahead"
     chapter = 9.2  # of the walkthrough
@@ -179,21 +160,11 @@ class Lookahead(Proposer):
     proposes = "fixed tokens"
     default_size = "3,3,2"
     sizes = ("3,3,1", "3,3,2", "3,3,4")
-    size_help = "W,N,G: W positions guessed ahead in parallel (1-32), n-grams of N tokens (2-8), at most G of " \
-                "them verified per step (1-32)"
+    size_format = (("W", 1, 32, "positions guessed ahead in parallel"), ("N", 2, 8, "tokens an n-gram holds"),
+                   ("G", 1, 32, "n-grams verified per step, at most"))
 
     def __init__(self, target: GPT):
         self.target, self.device = target, target.lm_head.weight.device
-
-    def shape(self, size: str) -> tuple[int, int, int]:
-        parts = size.split(",")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a lookahead size is W,N,G (e.g. {self.default_size}), got {size!r}")
-        window, ngram, guesses = map(int, parts)
-        for what, value, low, high in (("W", window, 1, 32), ("N", ngram, 2, 8), ("G", guesses, 1, 32)):
-            if not low <= value <= high:
-                raise ValueError(f"lookahead's {what} must be in {low}..{high}, got {value} in {size!r}")
-        return window, ngram, guesses
 
     def room(self, shape) -> int:
         window, ngram, guesses = shape
@@ -219,7 +190,7 @@ class Lookahead(Proposer):
             tree = tree_on(parents, self.device) if trie_tokens else None
             x, mask, offsets, at = step_inputs(w.grid, trie_tokens, tree, self.device)
             at = torch.zeros(1, dtype=torch.long, device=self.device) if at is None else at
-            out.append(Proposal(x[len(x) - len(trie_tokens):], tree, None, (x, mask, offsets, at)))
+            out.append(Proposal(x[len(x) - len(trie_tokens):], tree, None, Fed(x, mask, offsets, at)))
         return out
 
     def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:

@@ -26,53 +26,15 @@ from __future__ import annotations
 
 import torch
 
-from ..decoding import Proposal, Proposer, Row, Setting, Verified
+from ..decoding import Proposal, Row, Verified
 from ..model import GPT
 from ..sampling import Sampling
 from ..tree import chain, tree_on
+from .base import Method, Setting
+from .ngrams import NgramIndex
 
 
-class NgramIndex:
-    """The text so far, and where each of its n-grams (n = 1..max_ngram) last occurred.
-
-    `last[g]` is the index in `text` just after the most recent occurrence of n-gram g that has
-    a token after it. Appending a token adds the n-grams that *end just before it*, so the index
-    grows by max_ngram entries per token (a dict update, not a rescan of the text), and the
-    text's own suffix is never found as its own earlier occurrence.
-
-    Example, max_ngram = 2, text = a b c a b: last = {a: 4, b: 2, c: 3, ab: 2, bc: 3, ca: 4}
-    (b at 4 has nothing after it yet). The suffix "a b" last occurred at 0..1, followed by
-    text[2:] = "c a b": propose(2) = [c, a]."""
-
-    def __init__(self, max_ngram: int, text=()):
-        self.max_ngram = max_ngram
-        self.text: list[int] = []
-        self.last: dict[tuple[int, ...], int] = {}
-        self.extend(text)
-
-    def extend(self, tokens) -> None:
-        for token in tokens:
-            i = len(self.text)  # token i follows the n-grams that end at i - 1
-            for n in range(1, min(self.max_ngram, i) + 1):
-                self.last[tuple(self.text[i - n:i])] = i  # newer occurrences overwrite older ones
-            self.text.append(int(token))
-
-    def propose(self, k: int) -> list[int]:
-        """The k tokens that followed the most recent earlier occurrence of the longest suffix
-        (up to max_ngram tokens) seen before; [] if not even the last token was seen before.
-        A continuation that runs into the end of the text wraps around: the suffix recurred
-        len(text) - start tokens back, so the guess is that the text repeats with that period
-        (a loop "x y z x y z" proposes "x y z x ..." rather than stopping after "x y z")."""
-        text = self.text
-        for n in range(min(self.max_ngram, len(text)), 0, -1):
-            start = self.last.get(tuple(text[-n:]))
-            if start is not None:
-                period = len(text) - start
-                return [text[start + i % period] for i in range(k)]
-        return []
-
-
-class PromptLookup(Proposer):
+class PromptLookup(Method):
     """Each row proposes what followed its own text's last tokens earlier on (step 1 above)."""
     name = "lookup"
     chapter = 9.1  # of the walkthrough
@@ -82,15 +44,10 @@ class PromptLookup(Proposer):
                                      "when it has not occurred before", 1, 8)}
     default_size = "8"
     sizes = ("4", "8", "16")
-    size_help = "K: tokens looked up per step (1-16)"
+    size_format = (("K", 1, 16, "tokens looked up per step"),)
 
     def __init__(self, target: GPT, max_ngram: int = 3):
         self.device, self.max_ngram = target.lm_head.weight.device, max_ngram
-
-    def shape(self, size: str) -> int:
-        if not size.isdigit() or not 1 <= int(size) <= 16:
-            raise ValueError(f"a lookup's size is its k, an integer in 1..16, got {size!r}")
-        return int(size)
 
     def room(self, k: int) -> int:
         return k

@@ -40,11 +40,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
+from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, sample
 from ..tree import Tree, from_accuracies, load_tree
+from .base import STATIC_TREE, Method, Weights
 
 
 class ResBlock(nn.Module):
@@ -113,7 +114,7 @@ def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, sampled: 
     return top[depth[1:], ranks], None
 
 
-class Medusa(Proposer):
+class Medusa(Method):
     """The heads propose a static tree from the hidden state before the root (step 1 above)."""
     name = "medusa"
     chapter = 7  # of the walkthrough
@@ -125,7 +126,8 @@ class Medusa(Proposer):
     reduced_vocab = True
     default_size = "4"
     sizes = ("2", "4", "8", "16")
-    size_help = "NODES: the tree's nodes, the most likely to be accepted by the heads' measured accuracies (1-127)"
+    size_format = (("NODES", 1, 127, "the tree's nodes, the most likely to be accepted by the heads' measured "
+                                     "accuracies"),)
 
     def __init__(self, target: GPT, heads: MedusaHeads, draft_vocab: torch.Tensor | None = None,
                  tree: str | Tree | None = None):
@@ -138,12 +140,7 @@ class Medusa(Proposer):
 
     def shape(self, size: str) -> Tree:
         """The tree of `size` nodes (or the static tree from --tree, whatever the size)."""
-        if self.static is not None:
-            tree = self.static
-        elif not size.isdigit() or not 1 <= int(size) <= 127:
-            raise ValueError(f"a Medusa size is the tree's nodes, an integer in 1..127, got {size!r}")
-        else:
-            tree = from_accuracies(self.heads.accuracy, int(size))
+        tree = self.static if self.static is not None else from_accuracies(self.heads.accuracy, super().shape(size))
         if tree.max_depth > self.heads.n_heads:
             raise ValueError(f"the tree is {tree.max_depth} deep but there are only {self.heads.n_heads} heads: "
                              "use a smaller tree")

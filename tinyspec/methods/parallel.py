@@ -38,11 +38,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..decoding import STATIC_TREE, Row, Weights
+from ..decoding import Row
 from ..kvcache import KVCache
 from ..model import GPTConfig
 from ..sampling import Sampling
 from ..tree import Tree
+from .base import STATIC_TREE, Weights
 from .eagle import Eagle, EagleHead, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
 from .medusa import MedusaHeads
 
@@ -104,8 +105,9 @@ class Parallel(Eagle):
     settings = {"tree": STATIC_TREE}
     default_size = "2,4,8"
     sizes = ("1,2,2", "1,3,3", "1,4,4", "1,5,5", "2,3,4", "2,4,8", "2,5,10")
-    size_help = "TOPK,DEPTH,NODES: EAGLE-2's tree grown from the block's distributions: TOPK children per " \
-                "expanded node, DEPTH deep (at most the head's block), its NODES most likely nodes kept"
+    size_format = (("TOPK", 1, 16, "children per expanded node, and nodes expanded per depth"),
+                   ("DEPTH", 1, 5, "the tree's depth, at most the head's block"), ("NODES", 1, 127, "the most likely "
+                                                                                    "nodes kept"))
 
     def __init__(self, target, head: ParallelHead, draft_vocab: torch.Tensor | None = None, tree=None):
         super().__init__(target, head, draft_vocab, tree)

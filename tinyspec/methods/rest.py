@@ -22,7 +22,7 @@ corpus right after each place in the range is a continuation. One step (`Rest.pr
    occurrences share make the corpus's part of the tree (a prefix never counts less than its
    extensions, so they form a tree); how many there are follows how predictable the match is;
 3. the text's own earlier continuation (prompt lookup) joins the tree as one more branch,
-   shared prefixes merged (`lookahead.trie`): K tokens when the text's last `max_ngram` tokens
+   shared prefixes merged (`ngrams.trie`): K tokens when the text's last `max_ngram` tokens
    occurred before, fewer for a shorter match (K n / max_ngram for a match of n), since a
    continuation found by one token alone is seldom the right one (SuffixDecoding likewise sizes
    each speculation by its match).
@@ -42,13 +42,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decoding import Proposal, Proposer, Row, Setting, Verified, Weights
+from ..decoding import Proposal, Row
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT
 from ..sampling import Sampling
 from ..tree import tree_on
-from .lookahead import trie
-from .lookup import NgramIndex
+from .base import Weights
+from .lookup import PromptLookup
+from .ngrams import trie
 
 MAX_MATCH = 16  # the longest suffix of the text looked up (the suffix array is sorted this deep)
 SAMPLE = 64  # occurrences of the match whose continuations are counted
@@ -177,37 +178,29 @@ def corpus_tree(continuations: np.ndarray, budget: int) -> list[tuple[int, ...]]
     return sorted(p for _, _, p in kept)
 
 
-def matched(index: NgramIndex) -> int:
-    """How many of the text's last tokens (up to max_ngram) occurred before: what prompt lookup's
-    proposal follows from (0: nothing)."""
-    text = index.text
-    return next((n for n in range(min(index.max_ngram, len(text)), 0, -1) if tuple(text[-n:]) in index.last), 0)
-
-
-class Rest(Proposer):
-    """The corpus's continuations of the text's last tokens, and the text's own (step 1 above)."""
+class Rest(PromptLookup):
+    """The corpus's continuations of the text's last tokens, and the text's own (step 1 above):
+    prompt lookup, its index kept as lookup keeps it, with a datastore beside it."""
     name = "rest"
     chapter = 9.3  # of the walkthrough
     summary = "retrieval (REST): what followed the text's last tokens in a corpus, and earlier in the text, as a tree"
     proposes = "fixed tokens"
     weights = Weights("--datastore", "datastore.safetensors", Datastore, "a datastore",
                       "python -m tinyspec data datastore", "tokens")
-    settings = {"max_ngram": Setting(3, int, "the longest suffix of the text looked up in the text itself; shorter "
-                                     "ones are tried when it has not occurred before", 1, 8)}
     default_size = "16,4"
     sizes = ("8,2", "8,4", "16,4", "16,8")
-    size_help = "K,B: up to K tokens looked up in the text itself (prompt lookup; fewer for a shorter match), and " \
-                "up to B nodes from the corpus (each 0-16, not both 0)"
+    size_format = (("K", 0, 16, "tokens looked up in the text itself, prompt lookup's (fewer for a shorter match)"),
+                   ("B", 0, 16, "nodes from the corpus"))
 
     def __init__(self, target: GPT, datastore: Datastore, max_ngram: int = 3):
-        self.device, self.datastore, self.max_ngram = target.lm_head.weight.device, datastore, max_ngram
+        super().__init__(target, max_ngram)
+        self.datastore = datastore
 
     def shape(self, size: str) -> tuple[int, int]:
-        parts = size.split(",")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts) or not all(int(p) <= 16 for p in parts) \
-                or parts == ["0", "0"]:
-            raise ValueError(f"a REST size is K,B (e.g. {self.default_size}), each 0-16 and not both 0, got {size!r}")
-        return int(parts[0]), int(parts[1])
+        k, budget = self.parse_size(size)
+        if k == budget == 0:
+            raise ValueError(f"a rest size K,B proposes nothing at 0,0: make K or B at least 1, got {size!r}")
+        return k, budget
 
     def room(self, shape) -> int:
         return shape[0] + shape[1]
@@ -216,26 +209,18 @@ class Rest(Proposer):
         what = {k: v for k, v in self.datastore.card.items() if k not in ("build_s", "lookup_us")}  # not its timings
         return {"datastore": what | {"tokens": len(self.datastore)}}
 
-    def start(self, rows: list[Row], hidden, slots: int) -> None:
-        for r in rows:
-            r.state = NgramIndex(self.max_ngram, r.text)
-
     def propose(self, rows: list[Row], shape, room: list[int], sampling: Sampling, sampled: bool) -> list:
         k, budget = shape
         out = []
         for r, left in zip(rows, room):
             paths = corpus_tree(self.datastore.continuations(r.text), budget) if budget else []
-            own = r.state.propose(k * matched(r.state) // self.max_ngram) if k else []
+            own = r.state.propose(k * r.state.matched() // self.max_ngram) if k else []
             if own:
                 paths.append(tuple(own))
             tokens, parents = trie([p[:left] for p in paths if left > 0])  # none deeper than the context allows
             out.append(Proposal(torch.tensor(tokens, device=self.device), tree_on(parents, self.device))
                        if tokens else None)
         return out
-
-    def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
-        for r, v in zip(rows, verified):
-            r.state.extend(v.step.tokens)
 
 
 def build(tokens: np.ndarray, eot: int, sources: dict) -> Datastore:

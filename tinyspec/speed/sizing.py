@@ -8,7 +8,7 @@ and a step also proposes, judges and compacts its cache, which a small model on 
 (`ledger.py`). Neither can be assumed, so `size` measures both at once, on the device, the first
 time a method runs at `--size auto`.
 
-For every candidate size of the method (`candidates`: the method's own list, `Proposer.sizes`),
+For every candidate size of the method (`candidates`: the method's own list, `Method.sizes`),
 it decodes the sizing prompts at that size, and times every step on its own:
 
     C(s): the mean seconds of a step of size s,
@@ -45,10 +45,11 @@ from typing import Callable
 
 import torch
 
-from ..decoding import PLAIN, Proposer, Steps
+from ..decoding import PLAIN, Steps
 from ..files import SIZING as DIRECTORY  # where measurements are kept: $TINYSPEC_HOME/sizing (files.home)
 from ..files import atomic_write_json
-from ..decoding import Decoder
+from ..methods import Decoder
+from ..methods.base import Method
 from ..model import DraftVocab
 from ..sampling import Sampling
 from ..tree import chain
@@ -60,25 +61,24 @@ PER_CATEGORY, NEW_TOKENS = 1, 32  # sizing prompts per category, tokens decoded 
 VERSION = 5  # of the measurement: a cached file of another version is measured again
 
 
-def candidates(proposer: Proposer, n_ctx: int) -> list[str]:
-    """The sizes `proposer` is measured at: its own list (`Proposer.sizes`) and its default, those
+def candidates(proposer: Method, n_ctx: int) -> list[str]:
+    """The sizes `proposer` is measured at: its own list (`Method.sizes`) and its default, those
     that leave room in a context of n_ctx for a prompt and the tokens sizing decodes."""
     sizes = dict.fromkeys([*proposer.sizes, proposer.default_size])
     return [s for s in sizes if s and proposer.room(proposer.shape(s)) <= n_ctx // 4]
 
 
-def timed_steps(steps: Steps, max_new_tokens: int):
+def timed_steps(steps: Steps):
     """(seconds, Step) for every step of a one-row loop after its prefill, each step timed alone
     (a step's tokens reach the host before it yields, so on a GPU its work is done)."""
-    produced, made = next(steps), 1  # the prefill and the first token: not a step
-    while made < max_new_tokens:
+    next(steps)  # the prefill and the first token: not a step
+    while True:
         t0 = time.perf_counter()
         try:
-            produced = steps.send([])
-        except StopIteration:  # the context is full
+            produced = next(steps)
+        except StopIteration:  # the row is done
             return
         yield time.perf_counter() - t0, produced[0]
-        made += len(produced[0].tokens)
 
 
 @dataclass
@@ -162,7 +162,7 @@ class Sizing:
 
 
 @torch.no_grad()
-def measure(target, proposer: Proposer, rule: str | None, prompts: list[list[int]], sampling: Sampling,
+def measure(target, proposer: Method, rule: str | None, prompts: list[list[int]], sampling: Sampling,
             sizes: list[str], seed: int = 0, new_tokens: int | None = None,
             progress: Callable[[str], None] | None = None) -> Sizing:
     """C and A of every size of `proposer` in `sizes`, and C(plain), decoding `prompts` (one warm-up
@@ -184,14 +184,14 @@ def measure(target, proposer: Proposer, rule: str | None, prompts: list[list[int
         runs = [(None, plain)] + list(enumerate(decoders)) + [(None, plain)]
         for i, dec in runs:
             generator = torch.Generator(device=target.lm_head.weight.device).manual_seed(seed + p)
-            for seconds, step in timed_steps(dec.steps(prompt, sampling, generator), new_tokens):
+            for seconds, step in timed_steps(dec.steps(prompt, sampling, generator, new_tokens)):
                 if p == 0:
                     continue
                 if i is None:
                     plain_times.append(seconds)
                 elif step.size != PLAIN:  # a step of the size (a lookup may find nothing: a plain step)
                     times[i].append(seconds)
-                    accepted[i].append(len(step.tokens) - 1)
+                    accepted[i].append(step.accepted)
                     fed[i].append(step.fed)
     widest = max((n for f in fed.values() for n in f), default=1)
     sizing = Sizing(proposer.name, statistics.fmean(plain_times), [], forward_costs(target, widest))
@@ -240,7 +240,7 @@ def weights_hash(*modules) -> str:
     return h.hexdigest()[:16]
 
 
-def settings_of(proposer: Proposer) -> dict:
+def settings_of(proposer: Method) -> dict:
     """What a measurement depends on besides the weights: the method's settings, and the size of
     a reduced draft vocabulary."""
     out = {name: getattr(proposer, name, None) for name in proposer.settings}
@@ -250,7 +250,7 @@ def settings_of(proposer: Proposer) -> dict:
     return out
 
 
-def cache_key(target, proposer: Proposer, rule: str | None, sampling: Sampling) -> dict:
+def cache_key(target, proposer: Method, rule: str | None, sampling: Sampling) -> dict:
     device = target.lm_head.weight.device
     modules = [target] + [m for m in vars(proposer).values() if isinstance(m, torch.nn.Module) and m is not target]
     return {"version": VERSION, "method": proposer.name, "device": device_name(device),
@@ -260,7 +260,7 @@ def cache_key(target, proposer: Proposer, rule: str | None, sampling: Sampling) 
             "settings": settings_of(proposer), "identity": proposer.identity()}
 
 
-def size(target, proposer: Proposer, rule: str | None, prompts: list[list[int]], sampling: Sampling,
+def size(target, proposer: Method, rule: str | None, prompts: list[list[int]], sampling: Sampling,
          directory: str | Path | None = None, remeasure: bool = False, progress: Callable[[str], None] | None = None,
          sizes: list[str] | None = None) -> Sizing:
     """The sizing of `proposer` on this device: read from `directory` if it was measured for the

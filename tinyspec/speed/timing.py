@@ -19,9 +19,8 @@ from typing import Callable
 
 import torch
 
-from ..decoding import feed
 from ..kernels.fastpath import fixed_forward
-from ..kvcache import KVCache
+from ..kvcache import KVCache, feed
 from ..model import GPT
 
 
