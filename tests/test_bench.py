@@ -117,14 +117,18 @@ def test_quick_keeps_the_settings_given(files, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.triton
 def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
-    """What `bench report` writes on a CPU: every part's code path, the keys the README reads."""
+    """What `bench report` writes on a CPU: every part's code path, the keys the README reads (the
+    kernel's table where Triton is installed: its interpreter is on in the tests)."""
+    import importlib.util
     bench.main(["report", "--out", str(tmp_path / "r"), "--model", str(files / "target.safetensors"),
                 "--draft", str(files / "draft.safetensors"), "--heads", str(files / "heads.safetensors")])
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["quick"] is (not torch.cuda.is_available()) and report["device"]
     md = (tmp_path / "r" / "report.md").read_text()
     assert "tests" in report and md.startswith("# tinyspec on") and "Where a step's time goes" in md
+    assert ("rows" in report["kernels"]) == (importlib.util.find_spec("triton") is not None), report["kernels"]
     if "rows" in report["kernels"]:  # the interpreter is on in the tests (conftest.py)
         row = report["kernels"]["rows"][0]
         assert {"L", "T", "triton_us", "sdpa_us", "flex_us", "bandwidth_fraction"} <= set(row)

@@ -81,6 +81,7 @@ def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
     assert e.value.code == 2 and "--cuda-graph needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.triton
 def test_fixed_forwards_refuse_the_triton_kernel():
     tree_attention = pytest.importorskip("tinyspec.kernels.tree_attention")
     model = random_gpt().set_attention(tree_attention.TreeAttention())
