@@ -146,7 +146,7 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
     (["--method", "lookahead", "--size", "3"], "W,N,G"),
     (["--size", "4"], "plain decoding (ar) proposes nothing"),
     (["--threads", "0"], "--threads"),
-    (["--prompt-file", "{tmp}"], "is a directory"),
+    (["--prompt-file", "{tmp}"], "is a folder, not a file"),
     (["--prompt-file", "{tmp}/latin1.txt"], "not UTF-8"),
     (["--prompt-file", "{tmp}/number.jsonl"], "must be a string"),
     (["--tokenizer", "{tmp}/garbage.tiktoken"], "not a tiktoken ranks file"),

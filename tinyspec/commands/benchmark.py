@@ -41,7 +41,7 @@ from ..speed.sizing import candidates, device_name, report_rows, size, sizing_pr
 from ..speed.timing import copy_bandwidth, weight_bytes
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter,
                   add_weights_flags, check_tokenizer, die, examples, load_encoding, load_method, load_model,
-                  parse_size, pick_device, pick_dtype, set_threads, use_attention)
+                  parse_size, pick_device, pick_dtype, seed, set_threads, use_attention, warn_lossy)
 from .peer import compare_with_huggingface
 from .specs import label, parse_method, read_prompt_rows
 
@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "graphs (kernels/fastpath.py; CUDA only; speedups are then against ar on the graph path); other "
                     "rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="tree attention for medusa")
-    ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--seed", type=seed, default=0, help="0..2**63-1: prompt i samples with seed + i, the same for "
+                    "every method")
     ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
                     "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
                     "~/.cache/tinyspec/sizing)")
@@ -280,6 +281,7 @@ def prepare(args, per_category: int | None = None):
         problem = check_rule(spec[0], spec[2], t)
         if problem:
             die(f"{label(spec)} at temperature {t:g}: {problem}")
+        warn_lossy(spec[0], spec[2], t, f"{label(spec)} at temperature {t:g}")
     unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
     if unknown:
         die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")

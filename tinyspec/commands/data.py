@@ -43,7 +43,8 @@ import torch
 
 from ..files import atomic_write_json, atomic_write_text, home
 from ..speed.sizing import device_name
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, run_main, shown
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, load_encoding,
+                  run_main, shown)
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -426,11 +427,7 @@ def main(argv=None) -> None:
         out = Path(__file__).resolve().parent.parent / "prompts.jsonl"
         print(f"{write_prompts(out)} prompts from {len(stdlib_modules('bench'))} held-out modules -> {out}")
         return
-    from ..tokenizer import load_tokenizer
-    try:
-        enc = load_tokenizer(args.tokenizer)
-    except (FileNotFoundError, ValueError) as e:
-        die(f"cannot load the tokenizer: {e}")
+    enc = load_encoding(args.tokenizer)
     if args.what == "datastore":
         if args.tokens < 1000:
             die(f"--tokens must be at least 1000, got {args.tokens}")

@@ -24,7 +24,6 @@ import codecs
 import contextlib
 import json
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -40,13 +39,14 @@ from ..speed.ledger import Ledger
 from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, use_attention,
-                  add_method_flags, check_method_flags, check_prompts, check_tokenizer, die, examples, load_encoding,
-                  load_method, load_model, parse_size, pick_device, pick_dtype, run_main, set_threads, use_colour)
+                  add_method_flags, check_input, check_method_flags, check_prompts, check_tokenizer, die, examples,
+                  load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
+                  set_threads, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
-SEED_HELP = ("seed of the sampling generators: prompt i of the file (from 0) draws from its own generator seeded "
+SEED_HELP = ("seed of the sampling generators, 0..2**63-1: prompt i of the file (from 0) draws from its own generator seeded "
              "seed + i, whatever --batch-size")
 BATCH_HELP = ("decode the prompts B at a time: the B rows share every forward, each accepts its own proposals; each "
               "prompt's text is printed when its batch is done. At a fixed size a prompt's greedy text is its text "
@@ -62,9 +62,7 @@ def read_prompts(args) -> list[str]:
     """--prompt, or --prompt-file: JSONL with a "prompt" field, or one prompt per line."""
     if args.prompt is not None:
         return [args.prompt]
-    path = Path(args.prompt_file)
-    if path.is_dir():
-        die(f"--prompt-file {path} is a directory: give a file")
+    path = check_input(args.prompt_file, "--prompt-file")
     if not path.is_file():
         die(f"--prompt-file {path}: no such file")
     try:
@@ -132,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
     ap.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this much "
                     "mass (default: all tokens, as 1.0 would)")
-    ap.add_argument("--seed", type=int, default=0, help=SEED_HELP + " (default: 0)")
+    ap.add_argument("--seed", type=seed, default=0, help=SEED_HELP + " (default: 0)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
@@ -191,6 +189,7 @@ def generate(args) -> None:
     problem = check_rule(args.method, args.accept, args.temperature)
     if problem:
         die(problem)
+    warn_lossy(args.method, args.accept, args.temperature)
     if args.size is not None and args.method == "ar":
         die("--size: plain decoding (ar) proposes nothing; name a method with --method")
     device = pick_device(args.device)

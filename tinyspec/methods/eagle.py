@@ -48,7 +48,7 @@ from ..files import atomic_save_tensors, read_tensors
 from ..kvcache import KVCache
 from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
 from ..sampling import Sampling, sample
-from ..tree import Tree, load_tree
+from ..tree import MAX_NODES, Tree, load_tree
 
 
 class EagleHead(nn.Module):
@@ -352,8 +352,8 @@ class Eagle(Proposer):
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(f"an EAGLE size is TOPK,DEPTH,NODES (e.g. {self.default_size}), got {size!r}")
         top_k, depth, total = map(int, parts)
-        if not (1 <= top_k <= 16 and 1 <= depth <= 16 and 1 <= total <= 127):
-            raise ValueError(f"an EAGLE size TOPK,DEPTH,NODES needs TOPK and DEPTH in 1..16, NODES in 1..127, "
+        if not (1 <= top_k <= 16 and 1 <= depth <= 16 and 1 <= total <= MAX_NODES):
+            raise ValueError(f"an EAGLE size TOPK,DEPTH,NODES needs TOPK and DEPTH in 1..16, NODES in 1..{MAX_NODES}, "
                              f"got {size!r}")
         return top_k, depth, total
 
@@ -361,7 +361,7 @@ class Eagle(Proposer):
         return len(shape) if isinstance(shape, Tree) else shape[2]
 
     def start(self, rows: list[Row], hidden, slots: int) -> None:
-        head_room = slots + expanded_at_most(16, 16, 127)  # the text, and the most nodes a step of any size expands
+        head_room = slots + expanded_at_most(16, 16, MAX_NODES)  # the text, and the most nodes a step of any size expands
         for r, f in zip(rows, hidden):  # f: (P, C), f_0 .. f_{P-1}
             own = self.spare if len(rows) == 1 and self.spare is not None and self.spare.max_len >= head_room else None
             own = own or self.head.new_cache(head_room)

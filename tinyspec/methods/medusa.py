@@ -44,7 +44,7 @@ from ..decoding import STATIC_TREE, Proposal, Proposer, Row, Verified, Weights
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, sample
-from ..tree import Tree, from_accuracies, load_tree
+from ..tree import MAX_NODES, Tree, from_accuracies, load_tree
 
 
 class ResBlock(nn.Module):
@@ -140,8 +140,8 @@ class Medusa(Proposer):
         """The tree of `size` nodes (or the static tree from --tree, whatever the size)."""
         if self.static is not None:
             tree = self.static
-        elif not size.isdigit() or not 1 <= int(size) <= 127:
-            raise ValueError(f"a Medusa size is the tree's nodes, an integer in 1..127, got {size!r}")
+        elif not size.isdigit() or not 1 <= int(size) <= MAX_NODES:
+            raise ValueError(f"a Medusa size is the tree's nodes, an integer in 1..{MAX_NODES}, got {size!r}")
         else:
             tree = from_accuracies(self.heads.accuracy, int(size))
         if tree.max_depth > self.heads.n_heads:
