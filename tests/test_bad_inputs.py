@@ -4,16 +4,19 @@
 The table runs each command in this process (its `main(argv)`, which raises SystemExit) against
 real files, folders, FIFOs and symlinks made in a temporary folder. Inputs each command's own
 tests already refuse (out-of-range flags, corrupt weights, outputs in /proc) are theirs; these are
-the paths and numbers that got through before."""
+the paths and numbers that got through before. A few cases need a real process (a full stdout,
+`python -m tinyspec.generate`): they run as subprocesses at the end."""
 import json
 import os
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tinyspec.commands import bench, cli, data, evaluate, generate, train
+from tinyspec.commands.cli import WEIGHTS
 
 from conftest import refused
 
@@ -177,3 +180,72 @@ def test_bench_warns_of_a_lossy_rule_at_a_temperature(monkeypatch, capsys):
         "warning: medusa@typical at temperature 1: the typical rule does not keep the target's distribution at "
         "temperature 1, so the text is not the target's own sample (exact: --accept lossless or pointmass or traversal)",
         "error: stopped before the work"]
+
+
+def test_datastore_stopped_after_it_is_saved_says_it_was_saved(tmp_path, corpus_dir, capsys, monkeypatch):
+    def stopped(path, text):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(data, "atomic_write_text", stopped)  # Ctrl-C while the card is written
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(lambda: data.main(["datastore", "--tokens", "2000", "--stdlib-only", "--data-dir", str(corpus_dir),
+                                        "--out", str(tmp_path / "ds.safetensors")]))
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 130 and err == f"[interrupted] saved {tmp_path / 'ds.safetensors'}; its card " \
+        f"{tmp_path / 'ds.md'} was not written", err
+    assert (tmp_path / "ds.safetensors").is_file()
+
+
+def test_a_full_stdout_is_one_line_and_status_1(capsys, monkeypatch):
+    """What `> /dev/full` does to a print: the write fails with ENOSPC, here or at the exit's flush."""
+    class Full:
+        def __init__(self):
+            self.fd = os.open(os.devnull, os.O_WRONLY)  # where run_main sends what is still buffered
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return self.fd
+    full = Full()
+    monkeypatch.setattr(sys, "stdout", full)
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(lambda: print("the results"))
+    os.close(full.fd)
+    assert e.value.code == 1 and capsys.readouterr().err == "error: cannot write to standard output: No space " \
+        "left on device\n"
+
+
+def test_an_error_writing_a_file_is_not_taken_for_stdouts():
+    def full_disk():
+        raise OSError(28, "No space left on device", "/tmp/x")
+    with pytest.raises(OSError):
+        cli.run_main(full_disk)
+
+
+# ---- as a process --------------------------------------------------------------------------------
+
+def tinyspec(*args, stdout=subprocess.PIPE, **kw):
+    return subprocess.run([sys.executable, "-m", *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          cwd=WEIGHTS.parent, timeout=300, **kw)
+
+
+@pytest.mark.parametrize("args", [["tinyspec", "--help"], ["tinyspec", "course", "list"],
+                                  ["tinyspec", "generate", "--prompt", "x", "--max-new-tokens", "2", "--json"]],
+                         ids=["overview", "course list", "generate --json"])
+def test_a_stdout_that_cannot_be_written_is_one_line_and_status_1(args):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        p = tinyspec(*args, stdout=full)
+    assert p.returncode == 1 and p.stderr == "error: cannot write to standard output: No space left on device\n", \
+        p.stderr
+
+
+def test_python_m_tinyspec_generate_is_the_generate_command():
+    p = tinyspec("tinyspec.generate", "--prompt", "def f(x):", "--max-new-tokens", "3", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["stats"]["new_tokens"] == 3, p.stderr
+    p = tinyspec("tinyspec.generate", "--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: python -m tinyspec generate") and "--method" in p.stdout

@@ -78,23 +78,61 @@ def shown(path) -> str:
     return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
 
 
+class StdoutError(Exception):
+    """Standard output cannot be written (a full disk, `> /dev/full`): not the command's fault."""
+
+
+class Stdout:
+    """sys.stdout as a command sees it under `run_main`: a write or flush that fails (other than a
+    closed pipe) raises StdoutError, so a full stdout is told apart from a file the command writes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        return self._do(self.stream.write, text)
+
+    def flush(self):
+        return self._do(self.stream.flush)
+
+    def _do(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.strerror or str(e)) from None
+
+
 def run_main(main) -> None:
     """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
-    status 130 and a closed pipe (`... | head -1`) ends it quietly with status 0, never a traceback."""
+    status 130, a closed pipe (`... | head -1`) ends it quietly with status 0, and a stdout that
+    cannot be written (`> /dev/full`) with one line and status 1; never a traceback. Commands save
+    their files before they print, so neither a closed pipe nor a full stdout loses one."""
+    stdout = sys.stdout
     try:
         # Python's own Ctrl-C again (a KeyboardInterrupt that decoding catches to return what it has),
         # in place of the one that covered the imports (tinyspec/__init__.py)
         if getattr(signal.getsignal(signal.SIGINT), "__module__", None) == "tinyspec":
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stdout = Stdout(stdout)
         main()
         sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)
         raise SystemExit(130)
-    except BrokenPipeError:
-        # the reader is gone: send what is still buffered to /dev/null so the exit's flush cannot fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0)
+    except (BrokenPipeError, StdoutError) as e:
+        # send what is still buffered to /dev/null, so the exit's own flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        if isinstance(e, BrokenPipeError):  # the reader is gone: nothing to say
+            raise SystemExit(0)
+        print(f"error: cannot write to standard output: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    finally:
+        sys.stdout = stdout
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -148,6 +186,30 @@ def set_threads(n: int | None, device: torch.device, default: int | None = 1) ->
     if n is not None or (device.type == "cpu" and default is not None):
         torch.set_num_threads(n or default)
     return torch.get_num_threads()
+
+
+class Progress:
+    """A status line on stderr for work that takes a while (sizing): on a terminal one line,
+    rewritten in place as the work goes on; in a file or a pipe each message once, on a line of
+    its own, so that a log reads as lines and not as one line of carriage returns."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.quiet, self.stream, self.last = quiet, stream or sys.stderr, None
+
+    def __call__(self, text: str) -> None:
+        if self.quiet or text == self.last:
+            return
+        self.last = text
+        self.stream.write(f"\r\033[K{text}" if self.stream.isatty() else f"{text}\n")
+        self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.last is not None and self.stream.isatty():  # the line goes: what was found is printed next
+            self.stream.write("\r\033[K")
+            self.stream.flush()
 
 
 def use_colour(choice: str, stream) -> bool:

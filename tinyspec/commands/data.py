@@ -437,8 +437,15 @@ def main(argv=None) -> None:
         store = make_datastore(out, args.tokens, enc.eot_token)
         store.card["lookup_us"] = lookup_time(store, enc)
         store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
-        atomic_write_text(destination.with_suffix(".md"), datastore_card(store, destination, args))
-        print(destination.with_suffix(".md").read_text() + f"\nsaved {destination}")
+        card, carded = destination.with_suffix(".md"), False
+        try:
+            atomic_write_text(card, datastore_card(store, destination, args))
+            carded = True
+            print(card.read_text() + f"\nsaved {destination}")
+        except KeyboardInterrupt:  # the datastore is whole and in place: say so
+            print(f"\n[interrupted] saved {destination}" + ("" if carded else f"; its card {card} was not written"),
+                  file=sys.stderr)
+            raise SystemExit(130)
         return
     print((out / "CORPUS.md").read_text() + f"\ntoken files and meta.json in {out}")
 
