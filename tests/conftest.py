@@ -1,3 +1,4 @@
+import math
 import os
 import random
 import sys
@@ -64,20 +65,31 @@ def counting_gpt():
 
 def train_counting_gpt():
     """A tiny GPT trained for a few seconds on counting sequences: its greedy continuations are
-    predictable, which gives Medusa heads and drafts something real to learn and accept."""
+    predictable, which gives Medusa heads and drafts something real to learn and accept. The rate
+    decays to nothing (cosine), so training settles wherever float rounding led it: at a constant
+    rate the loss of one step swung between 0.3 and 0.6 from one instruction set (AVX-512, AVX2,
+    none) to another. What the tests need is checked on fresh sequences: once a sequence has shown
+    its stride, the model's greedy next token is the right one."""
     model = random_gpt(vocab_size=32, n_ctx=64, n_layer=2, n_head=2, n_embd=32, seed=0)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    steps, lr = 300, 1e-2
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(0)
-    for _ in range(250):
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
         x = counting_sequences(32, 33, 32, g)
         logits, _ = model(x[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert loss.item() < 0.5, f"the counting model did not learn (loss {loss.item():.2f})"
-    return model.eval()
+    model.eval()
+    with torch.no_grad():
+        x = counting_sequences(256, 33, 32, torch.Generator().manual_seed(1))
+        right = (model(x[:, :-1])[0][:, 8:].argmax(-1) == x[:, 9:]).float().mean().item()
+    assert right > 0.9, f"the counting model did not learn: its next token is right {right:.0%} of the time"
+    return model
 
 
 class CountingCorpus:

@@ -529,6 +529,26 @@ def test_cli_batches_write_what_each_prompt_writes_alone(files, capsys, temperat
         assert auto == plain
 
 
+def test_sizing_progress_reads_as_lines_in_a_log(files, capsys):
+    """Where stderr is a file (a log, or here captured), sizing's progress is whole lines, each said
+    once: no carriage returns that run its messages together, no line saying "sizing" twice or
+    alone. Medusa sized for a batch, then the draft sized anew at batch 1, then the benchmark."""
+    target = str(files / "target.safetensors")
+    base = ["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "2", "--model", target, "--size", "auto"]
+    generate.main(base + ["--method", "medusa", "--heads", str(files / "heads.safetensors"), "--batch-size", "3"])
+    err = capsys.readouterr().err
+    generate.main(base + ["--method", "draft", "--draft", str(files / "draft.safetensors"), "--remeasure"])
+    err += capsys.readouterr().err
+    bench.main(["--methods", "ar,lookup:auto", "--categories", "code", "--prompts-per-category", "1", "--max-new-tokens",
+                "4", "--repeats", "1", "--temperatures", "0", "--no-hf", "--remeasure", "--model", target])
+    err += capsys.readouterr().err
+    sizing = [line for line in err.split("\n") if "sizing" in line]
+    assert not [line for line in sizing if "\r" in line], sizing
+    assert err.count("sizing medusa for this device") == 1 and err.count("sizing draft for this device") == 1
+    assert "sizing draft at T = 0: prompt 1 of" in err and "sizing lookup at T = 0: prompt 1 of" in err
+    assert "sizing" not in [line.strip() for line in sizing] and len(sizing) == len(set(sizing)), sizing
+
+
 def test_cli_batch_prints_each_text_and_the_batch_rate(files, capsys):
     generate.main(["--prompt-file", str(files / "prompts.txt"), "--max-new-tokens", "6", "--model",
                    str(files / "target.safetensors"), "--batch-size", "4"])

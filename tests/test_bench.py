@@ -1,5 +1,7 @@
 """The benchmark end to end on random models (the numbers are meaningless; the plumbing is not)."""
 import json
+import os
+import sys
 
 import pytest
 import torch
@@ -117,14 +119,18 @@ def test_quick_keeps_the_settings_given(files, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.triton
 def test_the_gpu_report_runs_its_quick_subset_anywhere(files, tmp_path, capsys):
-    """What `bench report` writes on a CPU: every part's code path, the keys the README reads."""
+    """What `bench report` writes on a CPU: every part's code path, the keys the README reads (the
+    kernel's table where Triton is installed: its interpreter is on in the tests)."""
+    import importlib.util
     bench.main(["report", "--out", str(tmp_path / "r"), "--model", str(files / "target.safetensors"),
                 "--draft", str(files / "draft.safetensors"), "--heads", str(files / "heads.safetensors")])
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["quick"] is (not torch.cuda.is_available()) and report["device"]
     md = (tmp_path / "r" / "report.md").read_text()
     assert "tests" in report and md.startswith("# tinyspec on") and "Where a step's time goes" in md
+    assert ("rows" in report["kernels"]) == (importlib.util.find_spec("triton") is not None), report["kernels"]
     if "rows" in report["kernels"]:  # the interpreter is on in the tests (conftest.py)
         row = report["kernels"]["rows"][0]
         assert {"L", "T", "triton_us", "sdpa_us", "flex_us", "bandwidth_fraction"} <= set(row)
@@ -232,14 +238,87 @@ def test_a_saved_report_goes_through_a_symlink_to_its_target(files, tmp_path):
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["r.json"]
 
 
-def test_results_are_printed_before_they_are_saved(files, tmp_path, capsys, monkeypatch):
-    def refuse(path, report):
-        assert "ar" in capsys.readouterr().out  # the table is out already
-        raise OSError("disk full")
-    monkeypatch.setattr(bench, "atomic_write_json", refuse)
-    with pytest.raises(OSError):
-        bench.main(["--quick", "--no-hf", "--methods", "ar", "--categories", "code", "--max-new-tokens", "4",
-                    "--model", str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")])
+QUICK = ["--quick", "--no-hf", "--methods", "ar", "--categories", "code", "--max-new-tokens", "4"]
+
+
+def test_results_are_saved_before_they_are_printed(files, tmp_path, capsys, monkeypatch):
+    """Saved first: a closed pipe or a full stdout, met while printing, cannot lose them. A save
+    that fails all the same (a disk filled during the run) leaves the table printed, and says so."""
+    def saved_first(path, report):
+        assert capsys.readouterr().out == "" and report["rows"]  # nothing printed yet
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(bench, "atomic_write_json", saved_first)
+    with pytest.raises(SystemExit) as e:
+        bench.main(QUICK + ["--model", str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert e.value.code == 1 and "ar" in out and err.strip().splitlines()[-1] == (
+        f"error: --save {tmp_path / 'r.json'}: cannot write it (No space left on device); the results are only in "
+        "the output")
+
+
+def a_stdout_that_is_full(monkeypatch):
+    """sys.stdout as `> /dev/full` makes it: every write fails (run_main sends fd 1 to /dev/null then)."""
+    class Full:
+        fd = os.open(os.devnull, os.O_WRONLY)
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return self.fd
+    monkeypatch.setattr(sys, "stdout", Full())
+
+
+def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp_path, capsys, monkeypatch):
+    """`> /dev/full`: one line and status 1, with the report saved (evaluate had done 38 s of work)."""
+    import numpy as np
+    from tinyspec.commands import data, evaluate
+    from tinyspec.commands.cli import run_main
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("val", "val-packages"):
+        np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
+    monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
+    a_stdout_that_is_full(monkeypatch)
+    for main, argv in ((bench.main, QUICK + ["--model", str(files / "target.safetensors")]),
+                       (evaluate.main, ["--methods", "ar", "--prompts-per-category", "1", "--max-new-tokens", "4",
+                                        "--model", str(tmp_path / "target.safetensors")])):
+        with pytest.raises(SystemExit) as e:
+            run_main(lambda: main(argv + ["--save", str(tmp_path / "r.json")]))
+        assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines()[-1] == \
+            "error: cannot write to standard output: No space left on device"
+        assert (tmp_path / "r.json").is_file()
+        (tmp_path / "r.json").unlink()
+
+
+def test_ctrl_c_saves_the_rows_that_finished_says_so_and_exits_130(files, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the docs prompt decodes: the code row, finished, is saved and printed, marked as an
+    interrupted run; the docs row, cut short (its prompt's tokens half made), is left out, not saved
+    as a finished row with a lower tau (decoding catches Ctrl-C to return what it has)."""
+    from tinyspec import decoding
+    real, calls = decoding.Decoder.steps, []
+
+    def steps(self, prompt, sampling, generator):
+        calls.append(prompt)
+        for i, step in enumerate(real(self, prompt, sampling, generator)):
+            if len(calls) == 3 and i == 2:  # the warm-up, the code prompt, then the docs prompt
+                raise KeyboardInterrupt
+            yield step
+    monkeypatch.setattr(decoding.Decoder, "steps", steps)
+    with pytest.raises(SystemExit) as e:
+        bench.main(QUICK[:4] + ["--categories", "code,docs", "--prompts-per-category", "1", "--max-new-tokens", "8",
+                                "--model", str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert e.value.code == 130 and saved["interrupted"] is True and saved["planned_rows"] == 2
+    assert [(r["category"], r["new_tokens"]) for r in saved["rows"]] == [("code", 8)]
+    assert "code" in out and "docs" not in out.split("-\n", 1)[1]
+    assert err.strip().splitlines()[-1] == f"[interrupted] 1 of 2 rows finished; saved in {tmp_path / 'r.json'} (a " \
+        "row under way is left out)"
 
 
 def test_help_names_every_method_and_the_other_benchmark_commands(capsys):
@@ -251,16 +330,17 @@ def test_help_names_every_method_and_the_other_benchmark_commands(capsys):
     assert all(name in text for name in METHODS)
 
 
-def test_a_closed_pipe_ends_the_benchmark_quietly(files):
+@pytest.mark.parametrize("json_", [[], ["--json"]], ids=["table", "json"])
+def test_a_closed_pipe_ends_the_benchmark_quietly_and_keeps_its_report(files, tmp_path, json_):
+    """`bench ... --save X | head -1`: the reader is gone before the table comes (head has its line, or
+    never waited: `| true`); the command ends quietly, and the report is saved all the same."""
     import subprocess
-    import sys
-    p = subprocess.Popen([sys.executable, "-m", "tinyspec", "bench", "--quick", "--no-hf", "--methods", "ar", "--categories",
-                          "code", "--max-new-tokens", "4", "--model", str(files / "target.safetensors")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdout.readline()
-    p.stdout.close()  # as `| head -1` does
+    p = subprocess.Popen([sys.executable, "-m", "tinyspec", "bench", *QUICK, "--model", str(files / "target.safetensors"),
+                          "--save", str(tmp_path / "r.json"), *json_], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert json.loads((tmp_path / "r.json").read_text())["rows"][0]["method"] == "ar"
 
 
 def test_a_loop_is_a_window_that_comes_back_three_times():

@@ -1,9 +1,11 @@
 """Coursework: a handout's graded tests fail with the stubs and pass with the solutions back."""
 import ast
 import importlib
+import json
 import re
 import shlex
 import shutil
+import subprocess
 
 import pytest
 
@@ -117,17 +119,61 @@ def test_bad_course_commands(tmp_path, capsys):
 def test_every_chapter_grades_zero_as_handed_out_and_full_marks_with_the_solutions(tmp_path, capsys):
     """All chapters handed out: every graded test fails on the stubs; with the project's own files
     copied back, every chapter grades full marks and `grade` exits 0 (slow-marked tests included:
-    a test the project's pytest configuration deselects must still run when grading)."""
+    a test the project's pytest configuration deselects must still run when grading). Without
+    Triton (the README's CPU install) the kernel's chapter is left out, and said to be; the others
+    grade as they do with it."""
     out = tmp_path / "hw"
     course.main(["handout", str(out)])
+    gradable = [c for c in course.CHAPTERS if course.ungradable(c) is None]
     scores = course.grade(out, list(course.CHAPTERS))
-    assert all(passed == 0 for passed, _ in scores.values()), scores
+    assert list(scores) == gradable and all(passed == 0 for passed, _ in scores.values()), scores
     shutil.rmtree(out / "tinyspec")
     shutil.copytree(course.ROOT / "tinyspec", out / "tinyspec")
     capsys.readouterr()
     course.main(["grade", str(out)])  # raises SystemExit(1) unless every test passed
-    total = sum(len(ch.tests) for ch in course.CHAPTERS.values())
-    assert f"total        {total}/{total}" in capsys.readouterr().out
+    total = sum(len(course.CHAPTERS[c].tests) for c in gradable)
+    out, err = capsys.readouterr()
+    assert f"total        {total}/{total}" in out
+    assert ("kernel       not graded: its tests need triton" in err) == ("kernel" not in gradable), err
+
+
+@pytest.mark.slow
+@pytest.mark.triton
+def test_the_kernel_chapter_grades_where_triton_is_installed(tmp_path):
+    """The chapter the slow suite leaves out without Triton: zero as handed out, full marks with the
+    solution back, its tests run in Triton's interpreter."""
+    pytest.importorskip("triton")
+    out = tmp_path / "hw"
+    course.main(["handout", str(out), "--chapters", "kernel"])
+    total = len(course.CHAPTERS["kernel"].tests)
+    assert course.grade(out, ["kernel"]) == {"kernel": (0, total)}
+    solution = "tinyspec/kernels/tree_attention.py"
+    shutil.copy(course.ROOT / solution, out / solution)
+    assert course.grade(out, ["kernel"]) == {"kernel": (total, total)}
+
+
+def test_grading_without_triton_leaves_the_kernel_out_and_refuses_it_by_name(tmp_path, capsys, monkeypatch):
+    """The README's CPU install has no Triton: the kernel chapter's test module skips itself, and
+    pytest, asked for its tests by name, then ran no test at all: every chapter graded 0. A handout's
+    kernel chapter is left out, in a line naming the extra; asked for by name, it is refused."""
+    import importlib.util
+    from conftest import refused
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    graded = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: graded.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    (tmp_path / "tinyspec").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / course.MANIFEST).write_text(json.dumps({"chapters": ["sampling", "kernel"]}))
+    with pytest.raises(SystemExit):  # nothing passed: pytest was not really run
+        course.main(["grade", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert 'kernel       not graded: its tests need triton, which is not installed: pip install -e ".[triton]"' in err
+    assert "sampling" in out and "kernel" not in out
+    assert not any("test_tree_attention" in arg for arg in graded[0])
+    message = refused(course.main, ["grade", str(tmp_path), "--chapters", "kernel"], capsys)
+    assert message.startswith("error: --chapters kernel: its tests need triton") and '.[triton]"' in message
 
 
 def test_a_graded_test_that_did_not_run_is_said(tmp_path, monkeypatch):

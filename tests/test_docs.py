@@ -820,12 +820,12 @@ def test_before_and_after_tables_are_the_saved_evaluations(doc):
 def test_ci_runs_the_readmes_install_and_test_commands():
     """.ci/run reads its install and test commands from the README's blocks marked `<!-- ci: NAME -->`
     (so CI installs what a reader pastes): every block it names is there, the CPU install names the
-    CPU build of torch, and between them the blocks install the triton extra and run the fast and
-    the slow tests."""
+    CPU build of torch, and between them the blocks run the fast and the slow tests without Triton,
+    as the CPU install leaves a user, then install the triton extra and run the tests that need it."""
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     names = re.findall(r"^run_readme_block (\w+)", ci, re.M)
-    assert names == ["install", "triton", "slow"], names
+    assert names == ["install", "slow", "triton"], names
     blocks = {}
     for name in names:
         m = re.search(rf"^<!-- ci: {name} -->\n```bash\n(.*?)^```", readme, re.S | re.M)
@@ -833,9 +833,10 @@ def test_ci_runs_the_readmes_install_and_test_commands():
         blocks[name] = [line.split("#")[0].strip() for line in m.group(1).splitlines() if line.strip()]
     cpu = '"torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu'
     assert blocks["install"][0] == f'pip install -e ".[test]" {cpu}'
-    assert blocks["triton"] == [f'pip install -e ".[test,triton]" {cpu}']
+    assert blocks["triton"] == [f'pip install -e ".[test,triton]" {cpu}', "python -m pytest -m triton"]
     assert "python -m pytest" in blocks["install"] and blocks["slow"] == ["python -m pytest -m slow"]
-    assert "ATEN_CPU_CAPABILITY=default python -m pytest" in ci  # and the fast tests on another instruction set
+    for isa in ("avx2", "default"):  # and the fast tests on other instruction sets, before Triton is installed
+        assert ci.index(f"ATEN_CPU_CAPABILITY={isa} python -m pytest\n") < ci.index("run_readme_block triton"), isa
     installs = [line.strip() for line in ci.splitlines() if re.match(r"\s*(python -m )?pip install", line)]
     assert installs == ["python -m pip install --quiet --upgrade pip"], installs  # none of its own beside the README's
 

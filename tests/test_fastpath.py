@@ -47,6 +47,7 @@ def test_cuda_graph_flag_is_refused_without_a_gpu(capsys, tmp_path):
     assert e.value.code == 2 and "--cuda-graph needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.triton
 def test_a_fixed_forward_with_the_kernel_is_the_fixed_forward_with_sdpa():
     """The tree-attention kernel finds L and the tree on the device from the slot mask (the root's
     row sees the prefix and itself), so a fixed-shape forward can use it: same logits as SDPA's."""

@@ -86,3 +86,18 @@ def test_a_write_that_fails_leaves_neither_half_a_file_nor_its_temporary(tmp_pat
         files.atomic_write_text(tmp_path / "r.json", "new text")
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"] and (tmp_path / "r.json").read_text() == "old"
+
+
+def test_no_folder_is_made_at_the_far_end_of_a_link(tmp_path):
+    """A link to /nonexistent/target, written through, made /nonexistent at the root: a link whose
+    target's folder is not there is refused, by the check before the work and by the write itself,
+    and so is a path whose folders would be made through a dangling link."""
+    (tmp_path / "out.json").symlink_to(tmp_path / "missing" / "target.json")
+    (tmp_path / "dir").symlink_to(tmp_path / "missing" / "dir")
+    assert "is a link to" in files.unwritable(tmp_path / "out.json")
+    assert "is a link to" in files.unwritable(tmp_path / "dir", directory=True)
+    assert f"{tmp_path / 'dir'} is a link to {tmp_path / 'missing' / 'dir'}, which does not exist" == \
+        files.unwritable(tmp_path / "dir" / "a" / "b.json")
+    with pytest.raises(FileNotFoundError, match="in a folder that does not exist"):
+        files.atomic_write_text(tmp_path / "out.json", "x")
+    assert not (tmp_path / "missing").exists() and (tmp_path / "out.json").is_symlink()

@@ -152,7 +152,7 @@ def test_command_line_process_exits_2_without_traceback(tmp_path):
     (["--method", "lookahead", "--size", "3"], "W,N,G"),
     (["--size", "4"], "plain decoding (ar) proposes nothing"),
     (["--threads", "0"], "--threads"),
-    (["--prompt-file", "{tmp}"], "is a directory"),
+    (["--prompt-file", "{tmp}"], "is a folder, not a file"),
     (["--prompt-file", "{tmp}/latin1.txt"], "not UTF-8"),
     (["--prompt-file", "{tmp}/number.jsonl"], "must be a string"),
     (["--tokenizer", "{tmp}/garbage.tiktoken"], "not a tiktoken ranks file"),
@@ -328,3 +328,21 @@ def test_sampling_flags_show_their_defaults_in_help(capsys):
     for flag, default in (("--temperature", "(default: 0, greedy)"), ("--top-k", "(default: all tokens)"),
                           ("--top-p", "(default: all tokens"), ("--seed", "(default: 0)")):
         assert default in text[text.index(f"{flag} {flag[2:].upper().replace('-', '_')}"):][:400], flag
+
+
+def test_the_seeds_help_and_the_readme_say_what_a_seed_repeats(capsys):
+    """Where a user looks for reproducibility (--seed's help, the README's sampling paragraph): at a
+    fixed size a prompt's text repeats, alone or in a batch; at --size auto sampled text may not, its
+    sizes following costs measured from the clock; greedy text always does."""
+    import re
+    with pytest.raises(SystemExit):
+        generate.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    seed = text[text.index("--seed SEED seed of"):]
+    seed = seed[:seed.index("--model MODEL")]
+    for words in ("0..2**63-1", "at a fixed size", "--size auto", "from forward costs measured anew on each run",
+                  "differ between runs and between a batch and alone; greedy text never does"):
+        assert words in seed, words
+    readme = " ".join(re.sub(r"^# ", "", (WEIGHTS.parent / "README.md").read_text(), flags=re.M).split())
+    assert "--seed repeats a run: at a fixed size a prompt's sampled text is the same every run, and in a batch as " \
+           "alone; with --size auto" in readme and "can differ between runs and between a batch and alone" in readme

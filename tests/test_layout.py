@@ -2,11 +2,11 @@
 
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
 the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 10, where the
-recorded step runs each method), speed, the commands, and
-`__main__` on top. A file may use only files before it: in CORE or an earlier room, or earlier in
-its own room's order. A room's files not named in its order (a new method, say) come after the
-named ones and before the room's `__init__`, so a new method is one new file and no edit here.
-Every import counts, also one inside a function or under `if TYPE_CHECKING:`."""
+recorded step runs each method), speed, the commands, and the entry points of `ENTRIES` on top
+(`python -m tinyspec.generate`, `python -m tinyspec`). A file may use only files before it: in CORE
+or an earlier room, or earlier in its own room's order. A room's files not named in its order (a new
+method, say) come after the named ones and before the room's `__init__`, so a new method is one new
+file and no edit here. Every import counts, also one inside a function or under `if TYPE_CHECKING:`."""
 import ast
 from pathlib import Path
 
@@ -20,6 +20,7 @@ ROOMS = {
     "commands": ["cli", "data", "optim", "checkpoint", "distill", "train_heads", "train", "peer", "plots", "kernel_bench",
                  "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "assignments", "course"],
 }
+ENTRIES = ["generate", "__main__"]
 
 
 def name_of(path: Path) -> str:
@@ -30,8 +31,8 @@ def rank(name: str, names: set[str]) -> tuple:
     """Where a file sits: (room, place in the room). A room's __init__ comes after its files."""
     if name in CORE:
         return (0, CORE.index(name), "")
-    if name == "__main__":
-        return (len(ROOMS) + 1, 0, "")
+    if name in ENTRIES:
+        return (len(ROOMS) + 1, ENTRIES.index(name), "")
     room, _, file = name.partition(".")
     order = ROOMS[room]
     place = order.index(file) if file in order else len(order) + 1 if file == "__init__" else len(order)
@@ -58,7 +59,7 @@ def imports(path: Path) -> set[str]:
 def test_every_file_has_its_place():
     for path in PACKAGE.rglob("*.py"):
         name = name_of(path)
-        assert name in CORE or name == "__main__" or name.partition(".")[0] in ROOMS, \
+        assert name in CORE or name in ENTRIES or name.partition(".")[0] in ROOMS, \
             f"{name} is in no room: put it in a folder of ROOMS, or name it in CORE"
     for room, order in ROOMS.items():
         for file in order:

@@ -152,6 +152,7 @@ def test_cli_refuses_bad_medusa_settings(files, argv, message, capsys):
                                               "medusa", "--heads", str(files / "heads.safetensors")] + argv, capsys)
 
 
+@pytest.mark.triton
 def test_cli_triton_attention_gives_the_same_tokens(files, capsys):
     """The Triton tree-attention kernel (interpreted on a CPU) against the PyTorch reference path."""
     pytest.importorskip("triton")

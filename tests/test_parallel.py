@@ -206,4 +206,6 @@ def test_train_parallel_command_starts_from_an_eagle_head_and_resumes(corpus_dir
     for a, b in zip(head.state_dict().values(), ParallelHead.load(tmp_path / "p.safetensors").state_dict().values()):
         assert torch.equal(a, b)
     capsys.readouterr()
-    assert "drafts 3 deep" in refused(train.main, argv[:argv.index("--init-from")] + ["--init-from", str(tmp_path / "p.safetensors"), "--depth", "4"], capsys)
+    again = argv[:argv.index("--init-from")] + ["--init-from", str(tmp_path / "p.safetensors"), "--depth", "4"]
+    assert "holds an earlier run's checkpoints" in refused(train.main, again, capsys)  # not removed in silence
+    assert "drafts 3 deep" in refused(train.main, again + ["--force"], capsys)

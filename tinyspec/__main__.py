@@ -37,14 +37,15 @@ Sizing measurements, the corpus and figures drawn without --out are kept in $TIN
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(overview(), end="")
-        return
-    if argv[0] not in COMMANDS:
+    overview_asked = not argv or argv[0] in ("-h", "--help")
+    if not overview_asked and argv[0] not in COMMANDS:
         print(f"error: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)} (python -m tinyspec lists them)",
               file=sys.stderr)
         raise SystemExit(2)
     from .commands.cli import run_main  # (a Ctrl-C while torch is imported: tinyspec/__init__.py)
+    if overview_asked:  # through run_main too: a closed pipe or a full stdout is one line, not a traceback
+        run_main(lambda: print(overview(), end=""))
+        return
     module = importlib.import_module(f".commands.{COMMANDS[argv[0]]}", __package__)
     run_main(lambda: module.main(argv[1:]))
 

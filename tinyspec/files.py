@@ -2,8 +2,9 @@
 
 Atomic writes: write to a temporary name beside the target, then rename into place, so a crash
 or Ctrl-C never leaves half a checkpoint, tokenizer or dataset behind. A symlink is written
-through (the temporary file goes beside what it points at, and the link stays); a device, a
-FIFO, a socket or a folder is never replaced by a file.
+through (the temporary file goes beside what it points at, and the link stays), but only into a
+folder that exists: no folder is ever made at the far end of a link, where the user did not point;
+a device, a FIFO, a socket or a folder is never replaced by a file.
 
 `unwritable` tries an output path before a command's work starts, by creating (and removing) a
 file where the output will go: `os.access` answers yes to everything for root, and /proc or /sys
@@ -67,9 +68,16 @@ def kind(path: Path) -> str | None:
 
 
 def destination(path: str | Path) -> Path:
-    """The file a write to `path` lands in: a symlink's target (the link itself stays), else `path`."""
+    """The file a write to `path` lands in: a symlink's target (the link itself stays), else `path`.
+    A link whose target's folder does not exist is an error (FileNotFoundError): making that folder
+    would write where the user never pointed (a link to /nonexistent/x would make /nonexistent)."""
     path = Path(path)
-    return path.resolve() if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    target = path.resolve()
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"{path} is a link to {target}, in a folder that does not exist")
+    return target
 
 
 def _tmp(path: Path) -> Path:
@@ -121,21 +129,23 @@ def atomic_save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, meta
 def unwritable(path: str | Path, directory: bool = False) -> str | None:
     """Why nothing could be written at `path` (a file, or with `directory` a folder to write into),
     or None. Commands ask this before their work starts, so a long run is never lost at the end to
-    a bad output path. A symlink counts as what it points at. Folders missing on the way are fine
-    (the writer makes them): the nearest one that exists is tried by creating and removing a file
-    in it. Nothing is left behind."""
+    a bad output path. A symlink counts as what it points at, and must point into a folder that
+    exists. Folders missing on the way are fine (the writer makes them): the nearest one that exists
+    is tried by creating and removing a file in it. Nothing is left behind."""
     try:
         path = destination(path)
-    except (OSError, RuntimeError) as e:  # a symlink loop
-        return f"cannot follow the link ({e})"
+    except (OSError, RuntimeError) as e:  # a symlink loop, or a link into a folder that is not there
+        return f"cannot write through the link ({e})"
     what = kind(path)
     if directory and path.exists() and what != "a folder":
         return f"is {what or 'a file'}, not a folder"
     if not directory and what:
         return "is a folder: give a file name" if what == "a folder" else f"is {what}, not a file"
     folder = path if directory else path.parent
-    while not folder.exists() and folder != folder.parent:
+    while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
+    if folder.is_symlink() and not folder.exists():  # a dangling link on the way: no folder is made through it
+        return f"{folder} is a link to {os.readlink(folder)}, which does not exist"
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
     probe = folder / f".tinyspec-probe.{os.getpid()}"

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+MAX_NODES = 127  # the most nodes a step verifies: every tree size stops here (Medusa's, EAGLE's, --tree's)
+
 
 @dataclass(frozen=True)
 class Tree:
@@ -199,11 +201,17 @@ def save_tree(tree: Tree, path: str | Path) -> None:
 
 
 def load_tree(path: str | Path) -> Tree:
-    """A tree from JSON: {"choices": [[0], [1], [0, 0], ...]} or {"parents": [...], "ranks": [...]}."""
+    """A tree from JSON: {"choices": [[0], [1], [0, 0], ...]} or {"parents": [...], "ranks": [...]},
+    of at most MAX_NODES nodes, as a size's tree is."""
     try:
         spec = json.loads(Path(path).read_text())
         if "choices" in spec:
-            return from_choices(spec["choices"])
-        return Tree(tuple(spec["parents"]), tuple(spec.get("ranks", [0] * len(spec["parents"]))))
+            tree = from_choices(spec["choices"])
+        else:
+            tree = Tree(tuple(spec["parents"]), tuple(spec.get("ranks", [0] * len(spec["parents"]))))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"cannot read tree {path}: {e}; expected {{\"choices\": [[0], [1], [0, 0], ...]}}") from None
+    if len(tree) > MAX_NODES:
+        raise ValueError(f"the tree {path} has {len(tree)} nodes; a tree has at most {MAX_NODES}, as sizes do: "
+                         "use a smaller one")
+    return tree

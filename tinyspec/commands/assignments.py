@@ -17,6 +17,7 @@ class Chapter:
     needs: tuple[str, ...] = ()  # chapters whose code these tests run too
     hours: int = 0  # what a student needs, the written deliverable included
     deliverable: str = ""  # a measurement made with a tinyspec command, and what to explain by it
+    extra: str = ""  # the optional package its tests import, installed as the extra of its name (".[triton]")
 
 
 CHAPTERS = {
@@ -219,7 +220,7 @@ CHAPTERS = {
          "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path",
          "tests/test_tree_attention.py::test_any_strides",
          "tests/test_tree_attention.py::test_custom_scale"),
-        hours=8,
+        hours=8, extra="triton",
         deliverable="The kernel against PyTorch's SDPA, on a CUDA GPU: `python -m tinyspec bench kernels`. "
                     "Tabulate its times against the tree's size and the cached length, and explain them by the "
                     "roofline: the bytes of K and V read once per head against the few FLOPs per byte of a tree "

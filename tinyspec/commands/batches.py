@@ -33,32 +33,40 @@ def measure_batches(args, argv: list[str]) -> dict:
     # without --prompts-per-category: enough of each category to take --batch-prompts in turn
     runner, specs, temperatures, by_category = prepare(args, -(-args.batch_prompts // len(args.categories.split(","))))
     sizes, prompts = parse_batch_sizes(args.batch_sizes), interleaved(by_category, args.batch_prompts)
-    for spec in specs:  # warm-up (a policy of medusa:auto measures its forward costs here, once)
-        runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
-    out, bar = [], tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
+    out, bar, interrupted = [], None, False
     rate = lambda p: p["new_tokens"] / p["wall_s"]
-    for temperature in temperatures:
-        passes = {(spec, size): [] for spec in specs for size in sizes}
-        for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
-            for size in sizes:
+    try:
+        for spec in specs:  # warm-up (a policy of medusa:auto measures its forward costs here, once)
+            runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
+        bar = tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
+        for temperature in temperatures:
+            passes = {(spec, size): [] for spec in specs for size in sizes}
+            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike
+                for size in sizes:
+                    for spec in specs:
+                        passes[spec, size].append(runner.run_batches(spec, prompts, Sampling(temperature), size))
+                        bar.update(1)
+            for size in sizes:  # a temperature's rows are kept once all of them finished
                 for spec in specs:
-                    passes[spec, size].append(runner.run_batches(spec, prompts, Sampling(temperature), size))
-                    bar.update(1)
-        for size in sizes:
-            for spec in specs:
-                mine, ar, first = passes[spec, size], passes[("ar", "", None), size], passes[spec, size][0]
-                row = {"method": label(spec), "temperature": temperature,
-                       "batch_size": size, "prompts": len(prompts), "new_tokens": first["new_tokens"],
-                       "tau": round(first["new_tokens"] / first["target_steps"], 3),
-                       "acceptance_rate": round(first["accepted"] / first["proposed"], 4) if first["proposed"] else None,
-                       "tokens_per_s": round(statistics.median(map(rate, mine)), 2),
-                       "latency_s": round(statistics.median(statistics.mean(p["latencies"]) for p in mine), 4),
-                       "speedup": round(statistics.median(rate(p) / rate(a) for p, a in zip(mine, ar)), 3)}
-                if temperature == 0:  # greedy: the rows whose output is ar's at the smallest batch size
-                    row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], passes[("ar", "", None), sizes[0]][0]["outputs"]))
-                out.append(row)
-    bar.close()
+                    mine, ar, first = passes[spec, size], passes[("ar", "", None), size], passes[spec, size][0]
+                    row = {"method": label(spec), "temperature": temperature,
+                           "batch_size": size, "prompts": len(prompts), "new_tokens": first["new_tokens"],
+                           "tau": round(first["new_tokens"] / first["target_steps"], 3),
+                           "acceptance_rate": round(first["accepted"] / first["proposed"], 4) if first["proposed"] else None,
+                           "tokens_per_s": round(statistics.median(map(rate, mine)), 2),
+                           "latency_s": round(statistics.median(statistics.mean(p["latencies"]) for p in mine), 4),
+                           "speedup": round(statistics.median(rate(p) / rate(a) for p, a in zip(mine, ar)), 3)}
+                    if temperature == 0:  # greedy: the rows whose output is ar's at the smallest batch size
+                        ar_first = passes[("ar", "", None), sizes[0]][0]["outputs"]
+                        row["same_as_ar"] = sum(a == b for a, b in zip(first["outputs"], ar_first))
+                    out.append(row)
+    except KeyboardInterrupt:  # the rows that finished are kept (`benchmark.measure`)
+        interrupted = True
+    if bar is not None:
+        bar.close()
     report = report_of(args, argv, runner, out) | {"batch_sizes": sizes, "batch_prompts": len(prompts)}
+    if interrupted:
+        return report | {"interrupted": True, "planned_rows": len(specs) * len(temperatures) * len(sizes)}
     if ("medusa", "auto", None) in specs:  # what its policy measured: ms of a forward of rows x tokens, and of the heads
         policy = runner.decoder(("medusa", "auto", None), Sampling(0.0)).policy
         widths = [1] + [1 + int(s) for s in policy.promise]

@@ -5,19 +5,19 @@
     python -m tinyspec bench kernels
 
 What is measured and how is `benchmark.py`; this file is the command: it runs the benchmark (or
-`report`, or `kernels`), prints the tables, draws the figures and saves the JSON.
+`report`, or `kernels`), saves the JSON, draws the figures and prints the tables, in that order. A
+Ctrl-C stops the benchmark: the rows that finished are saved and printed, and it exits 130.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from ..files import atomic_write_json
 from .batches import measure_batches
 from .benchmark import build_parser, measure
-from .cli import check_output, run_main
+from .cli import check_output, die, run_main
 from .kernel_bench import main as kernel_main
 from .report import main as report_main
 
@@ -41,21 +41,33 @@ def main(argv=None) -> None:
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.save:  # checked before the work: a finished benchmark must never be lost to a bad path
-        check_output(args.save, "--save")
+    # checked before the work: a finished benchmark must never be lost to a bad path
+    save = check_output(args.save, "--save") if args.save else None
     if args.plot:
         check_output(args.plot, "--plot", directory=True)
     report = measure_batches(args, argv) if args.batch_sizes else measure(args, argv)
-    show(report, args)  # printed before anything is written
-    if args.plot:
+    # saved first, printed after: a closed pipe (`| head -1`) or a full stdout cannot lose the results
+    failed = None
+    if save and report["rows"]:
+        try:
+            atomic_write_json(save, report)
+        except OSError as e:  # the tables still print below: the results are not lost with the file
+            failed = f"--save {args.save}: cannot write it ({e.strerror or e}); the results are only in the output"
+    if args.plot and report["rows"]:
         try:
             from .plots import write_batch_plots, write_plots
             figures = (write_batch_plots if args.batch_sizes else write_plots)(report["rows"], args.plot)
             print(f"figures: {', '.join(str(f) for f in figures)}", file=sys.stderr)
         except ImportError:
             print("--plot: matplotlib is not installed (pip install -e '.[plot]'); no figures written", file=sys.stderr)
-    if args.save:
-        atomic_write_json(Path(args.save), report)
+    show(report, args)
+    if failed:
+        die(failed, status=1)
+    if report.get("interrupted"):  # Ctrl-C: what finished is kept and said, and the status says it was stopped
+        kept = f"; saved in {save}" if save and report["rows"] else ""
+        print(f"[interrupted] {len(report['rows'])} of {report['planned_rows']} rows finished{kept} (a row under way "
+              "is left out)", file=sys.stderr)
+        raise SystemExit(130)
 
 
 def show(report: dict, args) -> None:

@@ -38,9 +38,9 @@ from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
 from ..speed.sizing import candidates, device_name, report_rows, size, sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
-from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter,
+from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
                   add_weights_flags, check_tokenizer, die, examples, load_encoding, load_method, load_model,
-                  parse_size, pick_device, pick_dtype, set_threads, use_attention)
+                  parse_size, pick_device, pick_dtype, seed, set_threads, use_attention, warn_lossy)
 from .peer import compare_with_huggingface
 from .specs import label, parse_method, read_prompt_rows
 
@@ -112,6 +112,8 @@ class Runner:
             for i, prompt in enumerate(prompts, first):
                 generator = torch.Generator(device=self.device).manual_seed(self.seed + i)
                 res = run(decoder.steps(prompt, sampling, generator, self.max_new), None, self.device)
+                if res.stop_reason == "interrupted":  # Ctrl-C: a row cut short must not pass for a finished one
+                    raise KeyboardInterrupt
                 for key in ("target_steps", "proposed", "accepted", "rejections", "wall_s", "prefill_s", "sizes", "fed",
                             "accepted_at", "speculated", "empty"):
                     totals[key] += getattr(res, key)
@@ -132,6 +134,8 @@ class Runner:
             generators = [torch.Generator(device=self.device).manual_seed(self.seed + first + i) for i in range(len(rows))]
             t0 = time.perf_counter()
             results = run_batch(decoder.batch_steps(rows, sampling, generators, self.max_new), len(rows))
+            if any(res.stop_reason == "interrupted" for res in results):  # as in `run`
+                raise KeyboardInterrupt
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             totals["wall_s"] += time.perf_counter() - t0
@@ -234,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "path); lookahead and :auto rows run eagerly")
     ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="attention over a step's tokens: "
                     "torch (SDPA with a dense mask) or triton (the tree-attention kernel, inside recorded steps too)")
-    ap.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i, the same for every method")
+    ap.add_argument("--seed", type=seed, default=0, help="0..2**63-1: prompt i samples with seed + i, the same for "
+                    "every method (a method at :auto may still sample other text from run to run: its sizes follow "
+                    "the clock; see generate --help)")
     ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
                     "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
                     "~/.cache/tinyspec/sizing)")
@@ -252,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
                     "turn from each category")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
-    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE (the table still prints)")
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE, before the table prints; "
+                    "after a Ctrl-C it holds the rows that finished, marked \"interrupted\"")
     return ap
 
 
@@ -281,6 +288,7 @@ def prepare(args, per_category: int | None = None):
         problem = check_rule(spec[0], spec[2], t)
         if problem:
             die(f"{label(spec)} at temperature {t:g}: {problem}")
+        warn_lossy(spec[0], spec[2], t, f"{label(spec)} at temperature {t:g}")
     unknown = set(args.hf_modes.split(",")) - {"hf", "hf-assisted", "hf-static-compiled"}
     if unknown:
         die(f"--hf-modes: unknown {', '.join(sorted(unknown))}; use hf, hf-assisted, hf-static-compiled")
@@ -333,37 +341,17 @@ def prepare(args, per_category: int | None = None):
 
 
 def measure(args, argv: list[str]) -> dict:
-    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup)."""
+    """Run the benchmark the parsed `args` describe; returns the report (rows, HF rows, setup).
+    A Ctrl-C stops it: the report then holds the rows that finished, and says it was interrupted."""
     runner, specs, temperatures, prompts = prepare(args)
     categories, target, device = list(prompts), runner.target, runner.device
-    with tqdm(total=None, desc="sizing", bar_format="{desc}", disable=args.json) as bar:  # minutes, on first use
-        runner.progress = bar.set_description_str
-        for temperature, (name, _, rule) in itertools.product(temperatures, specs):  # sizing first, never inside a pass
-            runner.sizing(name, rule, Sampling(temperature))
-    runner.progress = None
-    for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
-        runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
-    total = len(specs) * len(temperatures) * len(categories) * args.repeats
-    out, bar = [], tqdm(total=total, desc="benchmark", disable=args.json)
-    for temperature in temperatures:
-        sampling = Sampling(temperature)
-        for category in categories:
-            passes = {spec: [] for spec in specs}
-            for _ in range(args.repeats):
-                # interleaved prompt by prompt: each method's run of a prompt follows the others' by
-                # seconds, so a slow spell of the machine hits every method alike
-                runs = {spec: [] for spec in specs}
-                for i, prompt in enumerate(prompts[category]):
-                    for spec in specs:
-                        runs[spec].append(runner.run(spec, [prompt], sampling, first=i))
-                for spec in specs:
-                    passes[spec].append(dict(together(runs[spec]), prompts=len(prompts[category])))
-                    bar.update(1)
-            for spec in specs:
-                out.append(summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "", None)]))
-    bar.close()
-    peers = [] if args.no_hf else compare_with_huggingface(runner, prompts, temperatures, args.repeats, out,
-                                                           args.hf_modes.split(","))
+    out, peers, interrupted = [], [], False
+    try:
+        measure_rows(args, runner, specs, temperatures, prompts, out)
+        if not args.no_hf:
+            peers = compare_with_huggingface(runner, prompts, temperatures, args.repeats, out, args.hf_modes.split(","))
+    except KeyboardInterrupt:  # the rows that finished are kept; the one under way is left out
+        interrupted = True
     # Each target forward reads every weight once: bytes x forwards / s, the memory traffic a step achieves
     for row in out:
         forwards_per_s = row["tokens_per_s"] * row["target_steps"] / row["new_tokens"]
@@ -372,7 +360,40 @@ def measure(args, argv: list[str]) -> dict:
         peak = copy_bandwidth(device)
         for row in out:
             row["of_copy_bandwidth"] = round(row["weights_GBps"] * 1e9 / peak, 3)
-    return report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": report_rows(runner.sizings)}
+    report = report_of(args, argv, runner, out) | {"huggingface": peers, "sizing": report_rows(runner.sizings)}
+    return report | ({"interrupted": True, "planned_rows": len(specs) * len(temperatures) * len(categories)}
+                     if interrupted else {})
+
+
+def measure_rows(args, runner, specs, temperatures, prompts, out: list) -> None:
+    """The benchmark's rows, appended to `out` a category at a time, once every method has run all
+    its passes on it: sizing first (never inside a pass), a warm-up, then the timed passes."""
+    categories = list(prompts)
+    with Progress(quiet=args.json) as progress:  # minutes, on first use
+        runner.progress = progress
+        for temperature, (name, _, rule) in itertools.product(temperatures, specs):
+            runner.sizing(name, rule, Sampling(temperature))
+    runner.progress = None
+    for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
+        runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
+    total = len(specs) * len(temperatures) * len(categories) * args.repeats
+    with tqdm(total=total, desc="benchmark", disable=args.json) as bar:
+        for temperature in temperatures:
+            sampling = Sampling(temperature)
+            for category in categories:
+                passes = {spec: [] for spec in specs}
+                for _ in range(args.repeats):
+                    # interleaved prompt by prompt: each method's run of a prompt follows the others' by
+                    # seconds, so a slow spell of the machine hits every method alike
+                    runs = {spec: [] for spec in specs}
+                    for i, prompt in enumerate(prompts[category]):
+                        for spec in specs:
+                            runs[spec].append(runner.run(spec, [prompt], sampling, first=i))
+                    for spec in specs:
+                        passes[spec].append(dict(together(runs[spec]), prompts=len(prompts[category])))
+                        bar.update(1)
+                out += [summarise(spec, temperature, category, passes[spec], runner, passes[("ar", "", None)])
+                        for spec in specs]
 
 
 def report_of(args, argv, runner, rows) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from ..model import GPT
+from .cli import die
 
 
 def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
@@ -30,6 +31,15 @@ def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
     for old in run_dir.glob("step-*"):
         if old != ckpt:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def check_fresh_start(run_dir: Path, resume: bool, force: bool) -> None:
+    """A run without --resume starts over, and its first checkpoint removes every one before it
+    (`save_checkpoint`): an earlier run's checkpoints are removed only with --force, never in silence."""
+    earlier = sorted(run_dir.glob("step-*"))
+    if earlier and not resume and not force:
+        die(f"{run_dir} holds an earlier run's checkpoints ({earlier[-1].name}): pass --resume to continue that run, "
+            "--force to start over and remove them, or another --run-dir")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..files import unwritable
-from ..methods import METHODS, build
+from ..files import destination, kind, unwritable
+from ..methods import METHODS, build, exact_rules
 from ..methods.base import Method
 from ..model import GPT
 from ..tokenizer import load_tokenizer
@@ -39,11 +39,27 @@ def die(message: str, status: int = 2):
     raise SystemExit(status)
 
 
+def warn(message: str) -> None:
+    """Something the user may not expect, said in one line on stderr; the command goes on."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
-    """An output path, checked before any work starts (files.unwritable): one line, exit 2."""
+    """An output path, checked before any work starts (files.unwritable): one line, exit 2.
+    Returns where the output will really go (through a symlink, its target), for messages to name."""
     problem = unwritable(path, directory)
     if problem:
         die(f"{flag} {path}: {problem}; choose another path")
+    return destination(path)
+
+
+def check_input(path: str | Path, flag: str, folder: bool = False) -> Path:
+    """An input path that exists but is not a file to read is refused in one line: a FIFO (reading
+    it would wait for a writer forever), a device, a socket, or a folder unless `folder` says one
+    will do. A missing path passes: each reader says what is missing and how to make it."""
+    what = kind(Path(path))
+    if what and not (folder and what == "a folder"):
+        die(f"{flag} {path} is {what}, not a file: give the path of a file")
     return Path(path)
 
 
@@ -62,23 +78,61 @@ def shown(path) -> str:
     return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
 
 
+class StdoutError(Exception):
+    """Standard output cannot be written (a full disk, `> /dev/full`): not the command's fault."""
+
+
+class Stdout:
+    """sys.stdout as a command sees it under `run_main`: a write or flush that fails (other than a
+    closed pipe) raises StdoutError, so a full stdout is told apart from a file the command writes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        return self._do(self.stream.write, text)
+
+    def flush(self):
+        return self._do(self.stream.flush)
+
+    def _do(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.strerror or str(e)) from None
+
+
 def run_main(main) -> None:
     """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
-    status 130 and a closed pipe (`... | head -1`) ends it quietly with status 0, never a traceback."""
+    status 130, a closed pipe (`... | head -1`) ends it quietly with status 0, and a stdout that
+    cannot be written (`> /dev/full`) with one line and status 1; never a traceback. Commands save
+    their files before they print, so neither a closed pipe nor a full stdout loses one."""
+    stdout = sys.stdout
     try:
         # Python's own Ctrl-C again (a KeyboardInterrupt that decoding catches to return what it has),
         # in place of the one that covered the imports (tinyspec/__init__.py)
         if getattr(signal.getsignal(signal.SIGINT), "__module__", None) == "tinyspec":
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stdout = Stdout(stdout)
         main()
         sys.stdout.flush()  # inside the try: a pipe closed early fails here, not at interpreter exit
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)
         raise SystemExit(130)
-    except BrokenPipeError:
-        # the reader is gone: send what is still buffered to /dev/null so the exit's flush cannot fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0)
+    except (BrokenPipeError, StdoutError) as e:
+        # send what is still buffered to /dev/null, so the exit's own flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        if isinstance(e, BrokenPipeError):  # the reader is gone: nothing to say
+            raise SystemExit(0)
+        print(f"error: cannot write to standard output: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    finally:
+        sys.stdout = stdout
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -105,6 +159,19 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def seed(text: str) -> int:
+    """--seed: an integer torch's generators take, 0..2**63 - 1 (a larger one overflows inside torch)."""
+    value = int(text)  # argparse turns a ValueError into its own one line
+    if not 0 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be in 0..{2 ** 63 - 1}, got {text}")
+    return value
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (a container or `taskset` may allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def set_threads(n: int | None, device: torch.device, default: int | None = 1) -> int:
     """--threads: how many CPU threads torch uses. Decoding's default is 1 on a CPU: a forward of
     these small models is a few small matmuls, which a second thread barely speeds up when the
@@ -113,9 +180,36 @@ def set_threads(n: int | None, device: torch.device, default: int | None = 1) ->
     since a training step's matmuls are large enough to share. Returns the count in use."""
     if n is not None and n < 1:
         die(f"--threads must be at least 1, got {n}")
+    if n is not None and n > cpus():
+        warn(f"--threads {n} is more than the {cpus()} CPUs this process may use: the threads will wait for each "
+             f"other, which is slower, not faster (try --threads {cpus()} or fewer)")
     if n is not None or (device.type == "cpu" and default is not None):
         torch.set_num_threads(n or default)
     return torch.get_num_threads()
+
+
+class Progress:
+    """A status line on stderr for work that takes a while (sizing): on a terminal one line,
+    rewritten in place as the work goes on; in a file or a pipe each message once, on a line of
+    its own, so that a log reads as lines and not as one line of carriage returns."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.quiet, self.stream, self.last = quiet, stream or sys.stderr, None
+
+    def __call__(self, text: str) -> None:
+        if self.quiet or text == self.last:
+            return
+        self.last = text
+        self.stream.write(f"\r\033[K{text}" if self.stream.isatty() else f"{text}\n")
+        self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.last is not None and self.stream.isatty():  # the line goes: what was found is printed next
+            self.stream.write("\r\033[K")
+            self.stream.flush()
 
 
 def use_colour(choice: str, stream) -> bool:
@@ -187,7 +281,7 @@ def refuse_other_kind(path: str | Path, expected: str) -> None:
 
 
 def load_model(path: str | Path, device: torch.device, dtype: torch.dtype, what: str = "model") -> GPT:
-    path = Path(path)
+    path = check_input(path, f"--{what}", folder=True)  # a folder: Hugging Face's layout
     if not path.exists():
         die(f"{what} weights {path} not found: pass --{what} PATH, or train them (see README)")
     refuse_other_kind(path, "transformer.")
@@ -203,6 +297,7 @@ def load_encoding(path: str | Path):
         die(f"the shipped weights are not beside this tinyspec ({WEIGHTS} is missing; a non-editable "
             "`pip install .` does not copy them): install with `pip install -e .` in a clone, or pass --tokenizer "
             "and --model paths into the clone's weights/")
+    check_input(path, "--tokenizer")
     try:
         return load_tokenizer(path)
     except (FileNotFoundError, ValueError) as e:
@@ -306,11 +401,20 @@ def check_method_flags(args, method: str) -> None:
             die(f"--{dest.replace('_', '-')} must be in {setting.low}..{setting.high}, got {value}")
 
 
+def warn_lossy(method: str, rule: str | None, temperature: float, what: str = "") -> None:
+    """A rule that runs, as asked, but at temperature > 0 does not keep the target's distribution
+    (typical acceptance): said in one line, so nobody takes its text for the target's samples."""
+    if temperature > 0 and rule is not None and rule not in exact_rules(method):
+        warn(f"{what or '--accept ' + rule}: the {rule} rule does not keep the target's distribution at temperature "
+             f"{temperature:g}, so the text is not the target's own sample (exact: --accept "
+             f"{' or '.join(exact_rules(method))})")
+
+
 def load_weights(method: str, path: str | Path | None, target: GPT, enc, device, dtype):
     """What method `method` loads besides the target (its `Weights`), from `path` or the shipped
     file: refused in one line if missing, of another kind, or trained for another target."""
     w = METHODS[method].weights
-    path = Path(path or WEIGHTS / w.file)
+    path = check_input(path or WEIGHTS / w.file, w.flag)
     if not path.is_file():
         die(f"{path} not found ({method} reads {w.noun}): pass {w.flag} PATH, or make one: {w.train}")
     refuse_other_kind(path, w.holds)
@@ -336,6 +440,8 @@ def load_method(method: str, args, target: GPT, enc, device, dtype) -> Method:
     vocab = getattr(args, "draft_vocab", None)
     ids = load_draft_vocab(vocab, target.config.vocab_size) if vocab is not None and m.reduced_vocab else None
     settings = {dest: getattr(args, dest, None) for dest in m.settings}
+    if settings.get("tree") is not None:  # a static tree's JSON file (decoding.STATIC_TREE)
+        check_input(settings["tree"], "--tree")
     try:
         return build(method, target, weights, ids, **settings)
     except ValueError as e:

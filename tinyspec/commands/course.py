@@ -19,6 +19,7 @@ ours is held to.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -87,6 +88,9 @@ def grading_md(chapters: list[str], root: Path = ROOT) -> str:
         if ch.needs:
             lines.append(f"\nThese tests also run the code of: {', '.join(ch.needs)} (the project's own unless "
                          f"you were handed those chapters too).\n")
+        if ch.extra:
+            lines.append(f"\nThese tests need {ch.extra}: `pip install -e \".[{ch.extra}]\"` (without it the chapter "
+                         "is not graded).\n")
         lines.append(f"\n### Written deliverable\n\n{ch.deliverable}\n")
     return "".join(lines)
 
@@ -150,14 +154,26 @@ def handout(out_dir: Path, chapters: list[str]) -> dict[str, int]:
     return stubbed
 
 
+def ungradable(chapter: str) -> str | None:
+    """Why `chapter` cannot be graded here, or None: its tests import an optional package (its
+    `extra`, Triton for the kernel) that is not installed. Such a test module skips itself, and
+    pytest, asked for a test of a skipped module by name, runs no test at all."""
+    extra = CHAPTERS[chapter].extra
+    if extra and importlib.util.find_spec(extra) is None:
+        return f"its tests need {extra}, which is not installed: pip install -e \".[{extra}]\""
+    return None
+
+
 def grade(directory: Path, chapters: list[str], show=None) -> dict[str, tuple[int, int]]:
     """Run the chapters' tests in `directory` (its own tinyspec first on the path), in one pytest
     run (a test that grades two chapters runs once); returns {chapter: (tests passed, tests)}, a
-    test counting as passed when all its cases pass. Every graded test runs whatever its pytest
-    marks (`-m ""`: the project's own configuration leaves the slow ones out of a plain `pytest`).
+    test counting as passed when all its cases pass, for every chapter that can be graded here
+    (`ungradable`: the others are left out). Every graded test runs whatever its pytest marks
+    (`-m ""`: the project's own configuration leaves the slow ones out of a plain `pytest`).
     show(text): receives pytest's report of the failures, and a line for each graded test that was
     skipped or did not run at all."""
     env = dict(os.environ, PYTHONPATH=str(directory) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    chapters = [c for c in chapters if ungradable(c) is None]
     tests = list(dict.fromkeys(t for c in chapters for t in CHAPTERS[c].tests))
     outcome = {}  # "tests/test_x.py::name" -> "passed", "failed" or "skipped" (the worst of its cases)
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,6 +227,7 @@ def main(argv=None) -> None:
             print(f"{c:12s} walkthrough {ch.walkthrough}: write {', '.join(ch.functions)}; {len(ch.tests)} tests{needs}; "
                   f"about {ch.hours} h")
         return
+    named = args.verb == "grade" and args.chapters is not None  # chapters grade was asked for by name
     if args.verb == "grade":
         directory = Path(args.directory)
         if not (directory / "tinyspec").is_dir() or not (directory / "tests").is_dir():
@@ -229,6 +246,12 @@ def main(argv=None) -> None:
             print(f"{file}: {n} function(s) to write")
         print(f"handout in {args.out_dir}; see GRADING.md there")
         return
+    for c in chapters:  # a chapter asked for by name is refused; one of the handout's is left out, and said
+        why = ungradable(c)
+        if why and named:
+            die(f"--chapters {c}: {why}")
+        if why:
+            print(f"{c:12s} not graded: {why}", file=sys.stderr)
     total = [0, 0]
     for c, (passed, n) in grade(directory, chapters, show=lambda text: print(text, file=sys.stderr)).items():
         print(f"{c:12s} {passed}/{n} tests passed")

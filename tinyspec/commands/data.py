@@ -43,7 +43,8 @@ import torch
 
 from ..files import atomic_write_json, atomic_write_text, home
 from ..speed.sizing import device_name
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, run_main, shown
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, die, examples, load_encoding,
+                  run_main, shown)
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPLIT_BUCKETS = {"val": range(0, 4), "bench": range(4, 8)}  # of 100 hash buckets; the rest is train
@@ -426,11 +427,7 @@ def main(argv=None) -> None:
         out = Path(__file__).resolve().parent.parent / "prompts.jsonl"
         print(f"{write_prompts(out)} prompts from {len(stdlib_modules('bench'))} held-out modules -> {out}")
         return
-    from ..tokenizer import load_tokenizer
-    try:
-        enc = load_tokenizer(args.tokenizer)
-    except (FileNotFoundError, ValueError) as e:
-        die(f"cannot load the tokenizer: {e}")
+    enc = load_encoding(args.tokenizer)
     if args.what == "datastore":
         if args.tokens < 1000:
             die(f"--tokens must be at least 1000, got {args.tokens}")
@@ -440,8 +437,15 @@ def main(argv=None) -> None:
         store = make_datastore(out, args.tokens, enc.eot_token)
         store.card["lookup_us"] = lookup_time(store, enc)
         store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
-        atomic_write_text(destination.with_suffix(".md"), datastore_card(store, destination, args))
-        print(destination.with_suffix(".md").read_text() + f"\nsaved {destination}")
+        card, carded = destination.with_suffix(".md"), False
+        try:
+            atomic_write_text(card, datastore_card(store, destination, args))
+            carded = True
+            print(card.read_text() + f"\nsaved {destination}")
+        except KeyboardInterrupt:  # the datastore is whole and in place: say so
+            print(f"\n[interrupted] saved {destination}" + ("" if carded else f"; its card {card} was not written"),
+                  file=sys.stderr)
+            raise SystemExit(130)
         return
     print((out / "CORPUS.md").read_text() + f"\ntoken files and meta.json in {out}")
 

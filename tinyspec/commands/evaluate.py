@@ -92,12 +92,12 @@ def main(argv=None) -> None:
             report["tau"][name][category] = round(res["new_tokens"] / res["target_steps"], 3)
             if spec == ("ar", "", None):
                 report.setdefault("loops", {})[category] = [sum(map(loops, res["outputs"])), len(batch)]
+    if args.save:  # before printing: a closed pipe or a full stdout cannot lose minutes of work
+        atomic_write_json(args.save, report)
     print(f"validation loss: {', '.join(f'{k} {v:.3f}' for k, v in val.items())}")
     print("greedy continuations that loop: " + ", ".join(f"{c} {n}/{m}" for c, (n, m) in report["loops"].items()))
     for name, taus in report["tau"].items():
         print(f"tau {name:18s} " + "  ".join(f"{c} {t:.2f}" for c, t in taus.items()))
-    if args.save:
-        atomic_write_json(args.save, report)
 
 
 if __name__ == "__main__":

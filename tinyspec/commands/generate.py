@@ -24,7 +24,6 @@ import codecs
 import contextlib
 import json
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -39,21 +38,23 @@ from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
 from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
-from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, use_attention,
-                  add_method_flags, check_method_flags, check_prompts, check_tokenizer, die, examples, load_encoding,
-                  load_method, load_model, parse_size, pick_device, pick_dtype, run_main, set_threads, use_colour)
+from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
+                  add_method_flags, check_input, check_method_flags, check_prompts, check_tokenizer, die, examples,
+                  load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
+                  set_threads, use_attention, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
 LEGEND = "colours: \033[32mproposal accepted\033[0m, \033[31mtarget correction\033[0m, \033[36mtarget bonus\033[0m"
-SEED_HELP = ("seed of the sampling generators: prompt i of the file (from 0) draws from its own generator seeded "
-             "seed + i, whatever --batch-size")
+REPRODUCIBLE = ("A prompt's text is the same from run to run, and in a batch as alone, at a fixed size (or none): "
+                "greedy token for token, sampled from the same numbers (a batch's padded forward may round a near-tie "
+                "differently in the last bit). With --size auto the sizes follow a policy that learns from every "
+                "row and, in a batch, from forward costs measured anew on each run: sampled text, exactly distributed "
+                "still, can then differ between runs and between a batch and alone; greedy text never does")
+SEED_HELP = ("seed of the sampling generators, 0..2**63-1 (default: 0): prompt i of the file (from 0) draws from its "
+             "own generator seeded seed + i, whatever --batch-size. " + REPRODUCIBLE)
 BATCH_HELP = ("decode the prompts B at a time: the B rows share every forward, each accepts its own proposals; each "
-              "prompt's text is printed when its batch is done. At a fixed size a prompt's greedy text is its text "
-              "alone, token for token, and its sampled text draws the same numbers as alone (a batch's padded forward "
-              "may round a near-tie differently in the last bit). With --size auto the sizes follow a policy that "
-              "learns from every row of the batch (and, in a batch, from the clock), so the sampled text, exactly "
-              "distributed still, can differ from the text alone and from run to run")
+              "prompt's text is printed when its batch is done (see --seed for what a batch keeps the same)")
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -62,9 +63,7 @@ def read_prompts(args) -> list[str]:
     """--prompt, or --prompt-file: JSONL with a "prompt" field, or one prompt per line."""
     if args.prompt is not None:
         return [args.prompt]
-    path = Path(args.prompt_file)
-    if path.is_dir():
-        die(f"--prompt-file {path} is a directory: give a file")
+    path = check_input(args.prompt_file, "--prompt-file")
     if not path.is_file():
         die(f"--prompt-file {path}: no such file")
     try:
@@ -132,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
     ap.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this much "
                     "mass (default: all tokens, as 1.0 would)")
-    ap.add_argument("--seed", type=int, default=0, help=SEED_HELP + " (default: 0)")
+    ap.add_argument("--seed", type=seed, default=0, help=SEED_HELP)
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
     ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
@@ -192,6 +191,7 @@ def generate(args) -> None:
     problem = check_rule(args.method, args.accept, args.temperature)
     if problem:
         die(problem)
+    warn_lossy(args.method, args.accept, args.temperature)
     if args.size is not None and args.method == "ar":
         die("--size: plain decoding (ar) proposes nothing; name a method with --method")
     device = pick_device(args.device)
@@ -216,11 +216,10 @@ def generate(args) -> None:
     check_prompts(encoded, n_ctx)
     policy, sizing = None, None
     if size == "auto":  # measure (or read) what pays on this device, then choose per step
-        with tqdm(total=None, desc=f"sizing {args.method} for this device", file=sys.stderr, bar_format="{desc}",
-                  disable=args.json) as bar:
+        with Progress(quiet=args.json) as progress:
+            progress(f"sizing {args.method} for this device")
             policy, sizing, line = policy_for(model, proposer, args.accept, sampling, sizing_prompts(enc),
-                                              rows=args.batch_size, remeasure=args.remeasure,
-                                              progress=lambda text: bar.set_description_str(text))
+                                              rows=args.batch_size, remeasure=args.remeasure, progress=progress)
         print(line, file=sys.stderr)
     try:
         decoder = Recorded(model, proposer, size, args.accept) if args.cuda_graph else \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..methods import METHODS, check_rule
 from ..verify import RULES
-from .cli import die
+from .cli import check_input, die
 
 
 def parse_method(spec: str) -> tuple[str, str, str | None]:
@@ -40,7 +40,7 @@ def label(spec) -> str:
 
 
 def read_prompt_rows(path: Path) -> list[dict]:
-    if not path.is_file():
+    if not check_input(path, "--prompts").is_file():
         die(f"--prompts {path} not found: make it with python -m tinyspec data")
     try:
         text = path.read_text(encoding="utf-8")

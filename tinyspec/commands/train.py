@@ -34,13 +34,13 @@ import torch
 from tqdm import tqdm
 
 from . import data
-from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint
-from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_output, check_tokenizer, die,
-                  examples, pick_device, run_main, set_threads, shown)
+from .checkpoint import Budget, check_fresh_start, latest_checkpoint, load_checkpoint, save_checkpoint
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_input, check_output, check_tokenizer,
+                  die, examples, load_encoding, load_model, pick_device, run_main, seed, set_threads, shown)
 from ..files import atomic_write_text
 from ..model import GPT, PRESETS
 from .optim import lr_at, make_optimizer
-from ..tokenizer import count_chunks, load_tokenizer, save_ranks, train_bpe
+from ..tokenizer import count_chunks, save_ranks, train_bpe
 from .train_heads import train_eagle, train_medusa
 
 
@@ -54,7 +54,7 @@ MAX_N_CTX = 8192
 def check_texts(paths: list[str] | None) -> None:
     """--text files: each must exist and be UTF-8 text (a binary file would train on noise)."""
     for f in paths or []:
-        path = Path(f)
+        path = check_input(f, "--text")
         if not path.is_file():
             die(f"--text {f}: no such file")
         try:
@@ -100,8 +100,9 @@ def train_gpt(args) -> None:
     budget = Budget(args.max_minutes, args.eval_batches)
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
-    enc = load_tokenizer(args.tokenizer)
+    enc = load_encoding(args.tokenizer)
     run_dir = check_output(args.run_dir or f"runs/{args.preset}", "--run-dir", directory=True)
+    check_fresh_start(run_dir, args.resume, args.force)
     out = check_destination(args.out or run_dir / "final.safetensors", args.force)
     check_output(args.data_dir, "--data-dir", directory=True)
     check_texts(args.text)
@@ -119,7 +120,7 @@ def train_gpt(args) -> None:
     torch.manual_seed(args.seed)
     model = GPT(config).to(device)
     if args.init_from and not args.resume:  # go on from a trained checkpoint, with a fresh schedule
-        start = GPT.from_hf(args.init_from, dtype=torch.float32)
+        start = load_model(args.init_from, torch.device("cpu"), torch.float32, what="init-from")
         if asdict(start.config) != asdict(config):
             die(f"--init-from {args.init_from} is a {start.config} model, not the preset's {config}")
         model.load_state_dict(start.state_dict())
@@ -139,7 +140,7 @@ def train_gpt(args) -> None:
 
     teacher = None
     if args.distill_from:  # knowledge distillation (Hinton et al. 2015): learn the teacher's p, not the corpus
-        teacher = GPT.from_hf(args.distill_from, device=device, dtype=torch.float32).eval().requires_grad_(False)
+        teacher = load_model(args.distill_from, device, torch.float32, what="distill-from").requires_grad_(False)
         check_tokenizer(teacher, enc, "--distill-from teacher")
     data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text, packages=not args.stdlib_only)
     meta = json.loads((data_path / "meta.json").read_text())
@@ -297,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "with a fresh learning-rate schedule; the card records it")
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
     g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
-    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
+    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and starting "
+                   "over in a --run-dir that holds an earlier run's checkpoints (they are removed)")
     g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved "
                    "weights (bfloat16 halves the file; tinyspec loads it in the dtype --dtype asks for)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
@@ -309,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--compile", action="store_true", help="torch.compile the training step")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     g.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the data sampler")
+    g.add_argument("--seed", type=seed, default=0, help="seed of the initial weights and of the data sampler")
     m = sub.add_parser("medusa", help="train Medusa heads on a frozen target (self-distilled data)",
                        formatter_class=HelpFormatter, epilog=examples(
                            "python -m tinyspec train medusa                          # 4 heads for weights/target.safetensors",
@@ -374,10 +376,11 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
     p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
                    "the corpus with the pinned packages, downloaded once into --data-dir)")
     p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
-    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/")
+    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and (eagle, "
+                   "parallel) starting over where --run-dir holds an earlier run's checkpoints (they are removed)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and of the sampler")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the data and of the sampler")
 
 
 def main(argv=None) -> None:

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from . import data, distill
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .cli import check_destination, check_output, die, pick_device, set_threads, shown
+from .checkpoint import check_fresh_start, latest_checkpoint, load_checkpoint, save_checkpoint
+from .cli import check_destination, check_input, check_output, die, load_encoding, pick_device, set_threads, shown
 from ..methods import Decoder
 from ..results import run
 from ..methods.eagle import Eagle, EagleHead
@@ -24,7 +24,6 @@ from ..files import atomic_write_text, read_tensors
 from ..methods.medusa import MedusaHeads
 from ..model import GPT
 from ..sampling import Sampling
-from ..tokenizer import load_tokenizer
 from ..tree import expected_accepted, from_accuracies
 
 
@@ -55,10 +54,10 @@ def frozen_target(args):
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
     check_destination(args.out, args.force)
-    check_output(args.run_dir, "--run-dir", directory=True)
+    args.run_dir = str(check_output(args.run_dir, "--run-dir", directory=True))  # through a link: its target
     check_output(args.data_dir, "--data-dir", directory=True)
-    enc = load_tokenizer(args.tokenizer)
-    if not Path(args.target).is_file():
+    enc = load_encoding(args.tokenizer)
+    if not check_input(args.target, "--target").is_file():
         die(f"--target {args.target} not found: train the target first (python -m tinyspec train gpt)")
     return device, enc, GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
 
@@ -112,6 +111,7 @@ def train_eagle(args) -> None:
     run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
     if args.resume and latest_checkpoint(ckpt_dir) is None:
         die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
+    check_fresh_start(ckpt_dir, args.resume, args.force)
     t0 = time.time()
     caches = [run_dir, Path(args.medusa_run_dir)]  # the sequences `train medusa` made are reused
     train_seqs = distilled(target, enc, args, caches, "train", args.sequences, [0.0, 1.0])  # greedy and sampled
@@ -224,7 +224,7 @@ CARD_SIZE = "2,6,16"  # the tree the card's tau is measured with (the same for e
 def start_from(path: str, kind: type, target: GPT, device, depth: int, heads_from: str | None) -> EagleHead:
     """A head of `kind` that starts from the head saved at `path`; a parallel head `depth` deep
     from an EAGLE head (its fc and block) and the Medusa heads at `heads_from` (or new ones)."""
-    if not Path(path).is_file():
+    if not check_input(path, "--init-from").is_file():
         die(f"--init-from {path} not found: train an EAGLE head first (python -m tinyspec train eagle), or give "
             "--init-from none")
     parallel = any(name.startswith("ahead.") for name in read_tensors(path)[1])

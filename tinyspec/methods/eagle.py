@@ -48,7 +48,7 @@ from ..files import atomic_save_tensors, read_tensors
 from ..kvcache import KVCache
 from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
 from ..sampling import Sampling, sample
-from ..tree import Tree, load_tree
+from ..tree import MAX_NODES, Tree, load_tree
 from .base import STATIC_TREE, Method, Weights
 
 
@@ -347,7 +347,7 @@ class Eagle(Method):
     # forward makes every forward count
     sizes = ("1,2,2", "1,3,3", "2,3,4", "2,4,8", "2,6,16")
     size_format = (("TOPK", 1, 16, "children per expanded node, and nodes expanded per depth"),
-                   ("DEPTH", 1, 16, "the tree's depth"), ("NODES", 1, 127, "the most likely nodes kept"))
+                   ("DEPTH", 1, 16, "the tree's depth"), ("NODES", 1, MAX_NODES, "the most likely nodes kept"))
 
     def __init__(self, target: GPT, head: EagleHead, draft_vocab: torch.Tensor | None = None,
                  tree: str | Tree | None = None):
@@ -366,7 +366,7 @@ class Eagle(Method):
         return len(shape) if isinstance(shape, Tree) else shape[2]
 
     def start(self, rows: list[Row], hidden, slots: int) -> None:
-        head_room = slots + expanded_at_most(16, 16, 127)  # the text, and the most nodes a step of any size expands
+        head_room = slots + expanded_at_most(16, 16, MAX_NODES)  # the text, and the most nodes a step of any size expands
         for r, f in zip(rows, hidden):  # f: (P, C), f_0 .. f_{P-1}
             own = self.spare if len(rows) == 1 and self.spare is not None and self.spare.max_len >= head_room else None
             own = own or self.head.new_cache(head_room)

@@ -44,7 +44,7 @@ from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, sample
-from ..tree import Tree, from_accuracies, load_tree
+from ..tree import MAX_NODES, Tree, from_accuracies, load_tree
 from .base import STATIC_TREE, Method, Weights
 
 
@@ -126,7 +126,7 @@ class Medusa(Method):
     reduced_vocab = True
     default_size = "4"
     sizes = ("2", "4", "8", "16")
-    size_format = (("NODES", 1, 127, "the tree's nodes, the most likely to be accepted by the heads' measured "
+    size_format = (("NODES", 1, MAX_NODES, "the tree's nodes, the most likely to be accepted by the heads' measured "
                                      "accuracies"),)
 
     def __init__(self, target: GPT, heads: MedusaHeads, draft_vocab: torch.Tensor | None = None,

@@ -42,7 +42,7 @@ from ..decoding import Row
 from ..kvcache import KVCache
 from ..model import GPTConfig
 from ..sampling import Sampling
-from ..tree import Tree
+from ..tree import MAX_NODES, Tree
 from .base import STATIC_TREE, Weights
 from .eagle import Eagle, EagleHead, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
 from .medusa import MedusaHeads
@@ -106,7 +106,7 @@ class Parallel(Eagle):
     default_size = "2,4,8"
     sizes = ("1,2,2", "1,3,3", "1,4,4", "1,5,5", "2,3,4", "2,4,8", "2,5,10")
     size_format = (("TOPK", 1, 16, "children per expanded node, and nodes expanded per depth"),
-                   ("DEPTH", 1, 5, "the tree's depth, at most the head's block"), ("NODES", 1, 127, "the most likely "
+                   ("DEPTH", 1, 5, "the tree's depth, at most the head's block"), ("NODES", 1, MAX_NODES, "the most likely "
                                                                                     "nodes kept"))
 
     def __init__(self, target, head: ParallelHead, draft_vocab: torch.Tensor | None = None, tree=None):
