@@ -299,16 +299,16 @@ def test_ctrl_c_saves_the_rows_that_finished_says_so_and_exits_130(files, tmp_pa
     """Ctrl-C while the docs prompt decodes: the code row, finished, is saved and printed, marked as an
     interrupted run; the docs row, cut short (its prompt's tokens half made), is left out, not saved
     as a finished row with a lower tau (decoding catches Ctrl-C to return what it has)."""
-    from tinyspec import decoding
-    real, calls = decoding.Decoder.steps, []
+    from tinyspec import methods
+    real, calls = methods.Decoder.steps, []
 
-    def steps(self, prompt, sampling, generator):
+    def steps(self, prompt, sampling, generator, max_new_tokens, stop_id=None):
         calls.append(prompt)
-        for i, step in enumerate(real(self, prompt, sampling, generator)):
+        for i, step in enumerate(real(self, prompt, sampling, generator, max_new_tokens, stop_id)):
             if len(calls) == 3 and i == 2:  # the warm-up, the code prompt, then the docs prompt
                 raise KeyboardInterrupt
             yield step
-    monkeypatch.setattr(decoding.Decoder, "steps", steps)
+    monkeypatch.setattr(methods.Decoder, "steps", steps)
     with pytest.raises(SystemExit) as e:
         bench.main(QUICK[:4] + ["--categories", "code,docs", "--prompts-per-category", "1", "--max-new-tokens", "8",
                                 "--model", str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")])

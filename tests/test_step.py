@@ -73,6 +73,7 @@ def test_a_recorded_step_writes_the_readable_loops_tokens(counting, method, size
     assert method == "ar" or (accepted > 0 and rejected > 0)  # paths were kept, and proposals refused
 
 
+@pytest.mark.triton
 def test_a_recorded_step_attends_with_the_kernel_too(counting):
     """With the Triton kernel as the model's attention (on a CPU in Triton's interpreter), the
     recorded step writes the readable loop's tokens: the kernel reads L on the device."""
