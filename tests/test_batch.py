@@ -413,7 +413,7 @@ def timed_step(policy, clock, rows, size, seconds):
 
 
 def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gpt):
-    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16))
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, accuracy_heads()), costs=costs(free_up_to=16))
     assert policy.choose(1) is not None  # at batch 1 a forward of 17 tokens costs what one of 1 does
     assert policy.choose(16) is None  # at batch 16 a tree multiplies the forward's cost
     for _ in range(30):  # the text at hand is much harder than held-out text: nothing is ever accepted
@@ -422,12 +422,12 @@ def test_policy_speculates_where_it_pays_and_stops_where_it_does_not(counting_gp
 
 
 def test_probes_back_off_where_speculation_does_not_pay(counting_gpt):
-    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=16), probe_every=4)
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, accuracy_heads()), costs=costs(free_up_to=16), probe_every=4)
     for _ in range(20):
         policy.update([0], "2", 1)
     probes = [t is not None for t in (policy.choose(2) for _ in range(200))]
     assert sum(probes) == 8  # after 4, 8 and 16 plain steps, then every 32 (8 probe_every), not every 4th
-    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, accuracy_heads()), costs=costs(free_up_to=1))
     assert not any(policy.choose(4) for _ in range(100))  # where no tree could ever pay, no probes at all
 
 
@@ -438,7 +438,7 @@ def test_timed_steps_correct_the_costs(counting_gpt, monkeypatch):
     at one batch size says nothing about another."""
     clock = Clock()
     monkeypatch.setattr(policy_module, "time", clock)
-    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=64))
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, accuracy_heads()), costs=costs(free_up_to=64))
     assert policy.choose(4) is not None
     for size in policy.promise:
         timed_step(policy, clock, 4, size, 3 * policy.seconds(size, 4))
@@ -454,7 +454,7 @@ def test_slow_plain_steps_at_one_row_do_not_make_trees_pay_at_sixteen(counting_g
     and the policy must stay plain (plain steps that are never chosen are never timed again)."""
     clock = Clock()
     monkeypatch.setattr(policy_module, "time", clock)
-    policy = auto.BatchPolicy(counting_gpt, accuracy_heads(), costs=costs(free_up_to=1))
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, accuracy_heads()), costs=costs(free_up_to=1))
     timed_step(policy, clock, 1, None, 10 * policy.seconds(None, 1))
     assert policy.choose(16) is None
 
@@ -473,7 +473,7 @@ def test_greedy_auto_equals_plain_decoding_whatever_the_policy_chooses(counting_
 
 def test_measured_policy_runs(counting_gpt):
     heads = accuracy_heads()
-    policy = auto.BatchPolicy(counting_gpt, heads, max_rows=3)
+    policy = auto.BatchPolicy(counting_gpt, Medusa(counting_gpt, heads), max_rows=3)
     assert policy.F(3, 1) > 0 and policy.H(2) > 0
     prompts = mixed_prompts(3, seed=41)
     plain = [plain_tokens(counting_gpt, p, 30) for p in prompts]

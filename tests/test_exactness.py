@@ -79,9 +79,10 @@ def decoder(m, method, rule, draft_vocab=None):
     is a valid top-k tree for pointmass and a shape for sampled trees."""
     t = m["target"]
     if method == "auto":  # Medusa, its tree chosen per step: here always a tree of 4 nodes (costs mean nothing)
-        policy = auto.BatchPolicy(t, m["heads"], sizes=(4,), costs=(lambda r, t: 1.0, lambda r: 0.0))
+        medusa = Medusa(t, m["heads"], draft_vocab)
+        policy = auto.BatchPolicy(t, medusa, sizes=("4",), costs=(lambda r, t: 1.0, lambda r: 0.0))
         policy.choose = lambda rows: "4"
-        return Decoder(t, Medusa(t, m["heads"], draft_vocab), policy=policy, rule=rule)
+        return Decoder(t, medusa, policy=policy, rule=rule)
     proposer, size = {
         "draft": lambda: (DraftModel(t, m["draft"], draft_vocab), "3"),
         "medusa": lambda: (Medusa(t, m["heads"], draft_vocab, tree=Tree((-1, -1, -1, 0, 0, 1), (0, 1, 2, 0, 1, 0))),

@@ -94,7 +94,7 @@ class Runner:
         if key not in self.decoders:
             proposer = self.proposers.get(name)
             policy = None
-            if auto:  # Medusa's batch policy measures its forward costs now (auto.BatchPolicy)
+            if auto:  # a batch's policy measures its forward costs now (auto.BatchPolicy)
                 policy = policy_for(self.target, proposer, rule, sampling, self.sizing_prompts, self.max_rows,
                                     self.remeasure, self.progress)[0]
             if self.cuda_graph and not auto and name in PARTS:  # (lookahead and sized policies run eagerly)

@@ -93,6 +93,16 @@ class Method(Proposer):
         numbers = self.parse_size(size)
         return numbers[0] if len(numbers) == 1 else numbers
 
+    def batch_sizes(self) -> dict[str, float] | None:
+        """For a batch at --size auto (`speed/auto.py`): {size: the tokens a step of it accepts, as
+        the method predicts from held-out data}, or None where it does not predict: a batch is then
+        sized as one row is, by whole steps measured on the device (`speed/sizing.py`)."""
+        return None
+
+    def proposing(self, rows: int):
+        """A call that proposes for `rows` rows, to time (for a method whose batch_sizes predicts)."""
+        raise NotImplementedError(f"{self.name} predicts no batch sizes")
+
     def identity(self) -> dict:
         """What the method's measured costs and acceptance depend on beyond its weights (modules)
         and settings: a datastore's size, say (`speed/sizing.py` keys its cache by it)."""

@@ -34,6 +34,7 @@ The tree is a static shape (`tree.py`), built from the heads' measured accuracie
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
 from ..sampling import Sampling, sample
-from ..tree import MAX_NODES, Tree, from_accuracies, load_tree
+from ..tree import MAX_NODES, Tree, expected_accepted, from_accuracies, load_tree
 from .base import STATIC_TREE, Method, Weights
 
 
@@ -148,6 +149,18 @@ class Medusa(Method):
 
     def room(self, tree: Tree) -> int:
         return len(tree)
+
+    def batch_sizes(self) -> dict[str, float] | None:
+        """The tokens each size's tree accepts, if heads were right independently at their measured
+        accuracies (`tree.expected_accepted`): what a batch's policy weighs its forward costs by."""
+        if self.static is not None or self.heads.accuracy is None:
+            return None
+        accuracy = self.heads.accuracy.cpu()
+        return {s: expected_accepted(from_accuracies(accuracy, int(s)), accuracy) for s in self.sizes}
+
+    def proposing(self, rows: int):
+        return partial(self.heads, torch.zeros(rows, self.heads.blocks[0].linear.in_features, device=self.device),
+                       self.lm_head)
 
     def start(self, rows: list[Row], hidden, slots: int) -> None:
         for r, h in zip(rows, hidden):
