@@ -93,7 +93,7 @@ def train_counting_gpt():
 
 
 class CountingCorpus:
-    """Stands in for data.TokenFile: fresh counting windows."""
+    """Stands in for corpus.TokenFile: fresh counting windows."""
     def batch(self, b, n, generator):
         x = counting_sequences(b, n, 32, generator)
         return x, x
@@ -123,7 +123,7 @@ def no_downloads(monkeypatch):
     """Nothing is downloaded by the tests: a test that would build the packages' corpus fails here
     (training commands in tests pass --stdlib-only; tests of the download itself fake pip). Only the
     corpus command downloads: where no test module has loaded it, nothing can."""
-    data = sys.modules.get("tinyspec.commands.data")
+    data = sys.modules.get("tinyspec.training.corpus")
     if data is not None:
         monkeypatch.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
 
@@ -172,7 +172,7 @@ def tokenizers_read_once():
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory):
     """The --data-dir of the tests that train (--stdlib-only): the first prepares the corpus there
-    (`data.prepare`: the standard library tokenized, seconds), the others find it ready, as a
+    (`corpus.prepare`: the standard library tokenized, seconds), the others find it ready, as a
     user's second training run does."""
     return tmp_path_factory.mktemp("data")
 

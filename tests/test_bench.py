@@ -275,13 +275,13 @@ def a_stdout_that_is_full(monkeypatch):
 def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp_path, capsys, monkeypatch):
     """`> /dev/full`: one line and status 1, with the report saved (evaluate had done 38 s of work)."""
     import numpy as np
-    from tinyspec.commands import data, evaluate
+    from tinyspec.commands import evaluate
     from tinyspec.commands.cli import run_main
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("val", "val-packages"):
         np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
-    monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    monkeypatch.setattr("tinyspec.training.corpus.prepare", lambda *a, **k: corpus)
     random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
     a_stdout_that_is_full(monkeypatch)
     for main, argv in ((bench.main, QUICK + ["--model", str(files / "target.safetensors")]),
@@ -354,12 +354,12 @@ def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys,
     """On random models (the figures mean nothing): every method's tau per category, the loops of
     plain decoding, and validation loss on the corpus's held-out files, saved as JSON."""
     import numpy as np
-    from tinyspec.commands import data, evaluate
+    from tinyspec.commands import evaluate
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("val", "val-packages"):
         np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
-    monkeypatch.setattr(data, "prepare", lambda *a, **k: corpus)
+    monkeypatch.setattr("tinyspec.training.corpus.prepare", lambda *a, **k: corpus)
     # validation reads windows as long as the target's context: a short one (room for each category's first prompt)
     random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
     evaluate.main(["--methods", "ar,draft:2,lookup:4", "--prompts-per-category", "1", "--max-new-tokens", "8",

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tinyspec.commands import train
-from tinyspec.commands.distill import head_accuracy, medusa_loss, self_distill, train_heads
+from tinyspec.training.distill import head_accuracy, medusa_loss, self_distill, train_heads
 from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import CountingCorpus, random_gpt

@@ -286,7 +286,7 @@ def small_datastore(tmp_path_factory, corpus_dir, tinyspec_home):
     path = tmp_path_factory.mktemp("datastore") / "datastore.safetensors"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TINYSPEC_HOME", str(tinyspec_home))
-        mp.setattr(data, "pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
+        mp.setattr("tinyspec.training.corpus.pip_download", lambda *a: pytest.fail("a test tried to download the packages' sources"))
         data.main(["datastore", "--tokens", "20000", "--stdlib-only", "--data-dir", str(corpus_dir), "--out", str(path)])
     return path
 
@@ -434,7 +434,7 @@ def cli_flags() -> set[str]:
     return flags
 
 
-ROOMS = ("kernels", "methods", "speed", "commands")  # the package's folders (tinyspec/__init__.py)
+ROOMS = ("kernels", "methods", "speed", "training", "commands")  # the package's folders (tinyspec/__init__.py)
 FILE_REF = re.compile(rf"\b((?:tinyspec/|tests/)?(?:(?:{'|'.join(ROOMS)})/)?[a-z_0-9]+\.py)"
                       r"(?:(::)|:\s*)([A-Za-z_][\w.]*)")
 CODE_TOKEN = re.compile(r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
@@ -778,7 +778,7 @@ def test_the_corpus_figures_are_the_saved_data_cards():
     """The README's corpus sizes come from docs/corpus.json (`python -m tinyspec data`'s meta.json)."""
     meta = json.loads((ROOT / "docs" / "corpus.json").read_text())
     sources = meta["sources"]
-    packages = importlib.import_module("tinyspec.commands.data").PACKAGES
+    packages = importlib.import_module("tinyspec.training.corpus").PACKAGES
     assert len(sources) == 21 and set(sources) - {"stdlib"} == set(packages)
     total, stdlib = sum(r["train_tokens"] for r in sources.values()) / 1e6, sources["stdlib"]["train_tokens"] / 1e6
     assert f"({total:.1f}M training tokens, {stdlib:.1f}M of them the standard library's)" in \
@@ -898,7 +898,7 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "8,192", "-row LM head"): "the vocabulary's size",
     ("walkthrough.md", "8,533,509", "training and"): "docs/corpus.json's 8,531,914 tokens and one <|endoftext|> per module (1,595)",
     ("walkthrough.md", "289,118", "validation tokens"): "docs/corpus.json's 289,048 tokens and one <|endoftext|> per module (70)",
-    ("walkthrough.md", "10%", "* (`commands/optim.p"): "the schedule's warm-up share, a hyperparameter",
+    ("walkthrough.md", "10%", "* (`training/optim.p"): "the schedule's warm-up share, a hyperparameter",
     ("walkthrough.md", "2.6", "ms in this run"): "one over `ar`'s tokens/s in docs/bench.json",
     ("walkthrough.md", "3.5", "x (455 to 1,613"): "the ratio of the two figures that follow it",
     ("walkthrough.md", "4.4", "at $B = 16$"): "the ratio of the two step times that follow it",

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tinyspec.commands import generate, specs
-from tinyspec.commands.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
+from tinyspec.training.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods import eagle as eagle_module
@@ -436,7 +436,7 @@ def test_training_on_own_predictions_sees_what_a_draft_chain_sees(counting_gpt, 
     """Training-time test (`distill.own_chains`): depth d's rows are what the head computes for a
     chain d deep drafted below each anchor at decoding time, one node per head forward through
     `HeadDrafter` (catch-up, then expansions), fed the true tokens."""
-    from tinyspec.commands.distill import own_chains
+    from tinyspec.training.distill import own_chains
     from tinyspec.methods.eagle import HeadDrafter
     seqs, _ = counting_data
     x = torch.from_numpy(seqs[:2].astype("int64"))

@@ -17,7 +17,8 @@ ROOMS = {
     "methods": ["base", "ngrams", "draft", "medusa", "eagle", "lookup", "lookahead"],
     "kernels": ["tree_attention", "fastpath", "step"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
-    "commands": ["cli", "data", "optim", "checkpoint", "distill", "train_heads", "train", "peer", "plots", "kernel_bench",
+    "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
+    "commands": ["cli", "data", "train", "peer", "plots", "kernel_bench",
                  "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "assignments", "course"],
 }
 ENTRIES = ["generate", "__main__"]

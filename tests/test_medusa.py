@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tinyspec.commands import generate
-from tinyspec.commands.distill import self_distill, train_heads
+from tinyspec.training.distill import self_distill, train_heads
 from tinyspec.methods import Decoder
 from tinyspec.methods.medusa import Medusa, MedusaHeads
 from tinyspec.sampling import Sampling

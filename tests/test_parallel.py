@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from tinyspec.commands import distill, generate
+from tinyspec.commands import generate
+from tinyspec.training import distill
 from tinyspec.methods import Decoder
 from tinyspec.methods import parallel as parallel_module
 from tinyspec.methods.eagle import EagleHead, grow_tree

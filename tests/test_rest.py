@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tinyspec.commands import data, generate
+from tinyspec.commands import generate
+from tinyspec.training import corpus
 from tinyspec.methods import Decoder
 from tinyspec.results import run_batch
 from tinyspec.methods.rest import DEPTH, MAX_MATCH, MIN_SHARE, Datastore, Rest, corpus_tree, suffix_array
@@ -202,12 +203,12 @@ def test_make_datastore_draws_whole_modules_up_to_its_size(tmp_path):
     docs = [[i] * (10 + i) + [eot] for i in range(20)]  # document i: token i, 10 + i times
     np.array([t for d in docs for t in d], dtype=np.uint16).tofile(tmp_path / "train.bin")
     (tmp_path / "meta.json").write_text(json.dumps({"sources": {"stdlib": {"version": "3.11.7"}}}))
-    store = data.make_datastore(tmp_path, 100, eot)
+    store = corpus.make_datastore(tmp_path, 100, eot)
     assert len(store) <= 100 and store.tokens[-1] == eot and store.card["modules"] == (store.tokens == eot).sum()
     for d in docs:  # whole modules or none
         inside = (store.tokens == d[0]).sum()
         assert inside in (0, len(d) - 1)
-    assert np.array_equal(data.make_datastore(tmp_path, 100, eot).tokens, store.tokens)  # the same draw every time
+    assert np.array_equal(corpus.make_datastore(tmp_path, 100, eot).tokens, store.tokens)  # the same draw every time
 
 
 @pytest.fixture(scope="module")

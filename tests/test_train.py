@@ -4,7 +4,8 @@ import json
 import pytest
 import torch
 
-from tinyspec.commands import checkpoint, data, train
+from tinyspec.commands import data, train
+from tinyspec.training import checkpoint, corpus, optim
 from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
@@ -13,18 +14,18 @@ from conftest import refused
 
 
 def test_split_is_by_whole_module_and_stable():
-    splits = {s: data.stdlib_modules(s) for s in ("train", "val", "bench")}
-    names = {s: {p.relative_to(data.STDLIB).as_posix() for p in files} for s, files in splits.items()}
+    splits = {s: corpus.stdlib_modules(s) for s in ("train", "val", "bench")}
+    names = {s: {p.relative_to(corpus.STDLIB).as_posix() for p in files} for s, files in splits.items()}
     assert not (names["train"] & names["val"]) and not (names["train"] & names["bench"]) and not (names["val"] & names["bench"])
     total = sum(map(len, names.values()))
     assert 0.02 < len(names["val"]) / total < 0.07 and 0.02 < len(names["bench"]) / total < 0.07
-    assert data.split_of("email/parser.py") == data.split_of("email/parser.py")
+    assert corpus.split_of("email/parser.py") == corpus.split_of("email/parser.py")
 
 
 def test_batches_are_shifted_windows(tmp_path):
     import numpy as np
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    x, y = data.TokenFile(tmp_path / "t.bin").batch(4, 10, torch.Generator().manual_seed(0))
+    x, y = corpus.TokenFile(tmp_path / "t.bin").batch(4, 10, torch.Generator().manual_seed(0))
     assert x.shape == (4, 10) and torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(x[:, 0] + 1, y[:, 0])
 
 
@@ -33,7 +34,7 @@ def tiny_run(data_dir, run_dir, steps, extra=()):
             "--eval-every", "10", "--eval-batches", "2", "--data-dir", str(data_dir), "--stdlib-only",
             "--run-dir", str(run_dir), "--out", str(run_dir / "out.safetensors"), *extra]
     train.main(argv)
-    return json.loads((train.latest_checkpoint(run_dir) / "state.json").read_text())
+    return json.loads((checkpoint.latest_checkpoint(run_dir) / "state.json").read_text())
 
 
 @pytest.mark.slow
@@ -47,7 +48,7 @@ def test_tiny_training_lowers_validation_loss_and_resume_is_exact(corpus_dir, tm
     tiny_run(corpus_dir, tmp_path / "b", 40, ["--max-minutes", "1e-9"])  # stops after its first step
     resumed = tiny_run(corpus_dir, tmp_path / "b", 40, ["--resume"])
     assert resumed["step"] == 40 and len(list((tmp_path / "b").glob("step-*"))) == 1  # older checkpoints removed
-    a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
+    a, b = (GPT.from_hf(checkpoint.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), f"resumed run differs from the straight run in {name}"
 
@@ -59,14 +60,14 @@ def test_resume_without_checkpoint_is_a_clean_error(corpus_dir, tmp_path, capsys
 
 
 def test_tokenizer_command(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "corpus", lambda split, extra=None: ["def f(x):\n    return x + 1\n"] * 50)
+    monkeypatch.setattr(corpus, "corpus", lambda split, extra=None: ["def f(x):\n    return x + 1\n"] * 50)
     train.main(["tokenizer", "--vocab-size", "270", "--out", str(tmp_path / "t.tiktoken")])
     enc = load_tokenizer(tmp_path / "t.tiktoken")
     assert enc.n_vocab == 270 and enc.decode(enc.encode_ordinary("return x")) == "return x"
 
 
 def test_lr_schedule_warms_up_then_decays_to_a_tenth():
-    lrs = [train.lr_at(s, 100, 1.0, 10) for s in range(101)]
+    lrs = [optim.lr_at(s, 100, 1.0, 10) for s in range(101)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[100] == pytest.approx(0.1)
 
@@ -87,10 +88,10 @@ def test_a_crash_during_a_checkpoint_leaves_the_previous_one(corpus_dir, tmp_pat
     with pytest.raises(KeyboardInterrupt):
         tiny_run(corpus_dir, tmp_path / "b", 20)
     monkeypatch.setattr(checkpoint, "atomic_write_json", real_write)
-    assert json.loads((train.latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 10
+    assert json.loads((checkpoint.latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 10
     resumed = tiny_run(corpus_dir, tmp_path / "b", 20, ["--resume"])
     assert resumed["step"] == straight["step"] == 20
-    a, b = (GPT.from_hf(train.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
+    a, b = (GPT.from_hf(checkpoint.latest_checkpoint(tmp_path / d) / "model.safetensors") for d in "ab")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
@@ -109,8 +110,8 @@ def test_the_shipped_files_are_never_replaced_by_accident(tmp_path, capsys):
 
 def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(train.time, "time", lambda: now[0])
-    budget = train.Budget(minutes=1.0, eval_batches=6)  # deadline at 1060
+    monkeypatch.setattr(checkpoint.time, "time", lambda: now[0])
+    budget = checkpoint.Budget(minutes=1.0, eval_batches=6)  # deadline at 1060
     assert budget.room_for_a_step()  # nothing measured yet: the first step runs
     budget.step_s = 10.0  # validation estimated at 6 batches x a third of a step = 20 s
     now[0] = 1029.0
@@ -119,7 +120,7 @@ def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeyp
     assert not budget.room_for_a_step()
     budget.eval_s = 5.0  # measured: shorter than estimated
     assert budget.room_for_a_step()  # 1031 + 10 + 5 = 1046
-    assert train.Budget(None, 6).room_for_a_step()
+    assert checkpoint.Budget(None, 6).room_for_a_step()
 
 
 def test_a_trained_model_names_its_tokenizer(corpus_dir, tmp_path):
@@ -173,8 +174,8 @@ def test_bad_training_input_is_one_line_exit_2_before_any_work(tmp_path, argv, m
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
     os.mkfifo(tmp_path / "fifo")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train.data, "corpus", lambda *a: pytest.fail("the corpus was read before the input was checked"))
-    monkeypatch.setattr(train.data, "prepare", lambda *a: pytest.fail("the corpus was read before the input was checked"))
+    monkeypatch.setattr(train.corpus, "corpus", lambda *a: pytest.fail("the corpus was read before the input was checked"))
+    monkeypatch.setattr(train.corpus, "prepare", lambda *a: pytest.fail("the corpus was read before the input was checked"))
     err = refused(train.main, [a.format(tmp=tmp_path) for a in argv], capsys)
     assert message.format(tmp=tmp_path) in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "binary.bin", "fifo"] and (tmp_path / "fifo").is_fifo()
@@ -210,26 +211,26 @@ def fake_wheel(path, files: dict):
 
 
 def test_the_corpus_dedupes_skips_vendored_copies_and_splits_each_source_by_module(tmp_path):
-    stdlib_text = (data.STDLIB / "email" / "parser.py").read_text()
+    stdlib_text = (corpus.STDLIB / "email" / "parser.py").read_text()
     wheel = fake_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", {
         "pkg/core.py": "def f():\n    return 1\n", "pkg/copy.py": "def f():\n    return 1\n",  # same text twice
         "pkg/stolen.py": stdlib_text,  # a copy of a stdlib module
         "pkg/_vendor/six.py": "import sys\n", "pkg/data.txt": "not python", "pkg-1.0.dist-info/METADATA": "x",
         **{f"pkg/m{i}.py": f"x = {i}\n" for i in range(200)}})
-    out = data.sources({"pkg": wheel})
+    out = corpus.sources({"pkg": wheel})
     paths = [p for p, _ in out["pkg"]]
     assert ("pkg/pkg/copy.py" in paths) != ("pkg/pkg/core.py" in paths)  # one of two equal texts
     assert not any("stolen" in p or "_vendor" in p or "data.txt" in p or "dist-info" in p for p in paths)
     assert len(paths) == 201 and "email/parser.py" in [p for p, _ in out["stdlib"]]
-    splits = {data.split_of(p) for p in paths}
+    splits = {corpus.split_of(p) for p in paths}
     assert splits == {"train", "val", "bench"}  # whole modules of each source are held out too
 
 
 def test_a_package_pip_cannot_fetch_is_left_out_in_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(data, "pip_download", lambda requirement, wheels: ["ERROR: no network"])
-    monkeypatch.setattr(data, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT")})
+    monkeypatch.setattr(corpus, "pip_download", lambda requirement, wheels: ["ERROR: no network"])
+    monkeypatch.setattr(corpus, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT")})
     fake_wheel(tmp_path / "rich-13.9.4-py3-none-any.whl", {"rich/x.py": "x = 1\n"})  # downloaded before
-    assert data.download(tmp_path) == {"rich": tmp_path / "rich-13.9.4-py3-none-any.whl"}
+    assert corpus.download(tmp_path) == {"rich": tmp_path / "rich-13.9.4-py3-none-any.whl"}
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if "not downloaded" in line] == [
         "click==8.1.7: not downloaded (ERROR: no network); the corpus goes on without it"]
@@ -245,15 +246,15 @@ def test_the_download_says_what_it_fetches_where_and_counts(tmp_path, monkeypatc
         name, version = requirement.split("==")
         fake_wheel(wheels / f"{name}-{version}-py3-none-any.whl", {f"{name}/x.py": "x = 1\n"})
         return []
-    monkeypatch.setattr(data, "pip_download", fake_pip)
-    monkeypatch.setattr(data, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT"),
+    monkeypatch.setattr(corpus, "pip_download", fake_pip)
+    monkeypatch.setattr(corpus, "PACKAGES", {"click": ("8.1.7", "BSD-3-Clause"), "rich": ("13.9.4", "MIT"),
                                            "attrs": ("24.2.0", "MIT")})
     fake_wheel(tmp_path / "rich-13.9.4-py3-none-any.whl", {"rich/x.py": "x = 1\n"})  # downloaded before
-    assert set(data.download(tmp_path)) == {"click", "rich", "attrs"} and fetched == ["click==8.1.7", "attrs==24.2.0"]
+    assert set(corpus.download(tmp_path)) == {"click", "rich", "attrs"} and fetched == ["click==8.1.7", "attrs==24.2.0"]
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == f"pip downloads the wheels of 2 pinned package(s) into {tmp_path}, once: click==8.1.7, attrs==24.2.0"
     assert [line.strip() for line in lines[1:]] == ["[1/2] click==8.1.7", "[2/2] attrs==24.2.0"]
-    data.download(tmp_path)
+    corpus.download(tmp_path)
     assert capsys.readouterr().err == ""  # all there: nothing to say
 
 
@@ -264,8 +265,8 @@ def test_the_download_says_what_it_fetches_where_and_counts(tmp_path, monkeypatc
 ])
 def test_the_corpus_refuses_a_data_dir_it_cannot_write_before_any_work(tmp_path, argv, message, capsys, monkeypatch):
     (tmp_path / "afile").write_text("")
-    monkeypatch.setattr(data, "prepare", lambda *a, **k: pytest.fail("the corpus was built before --data-dir was checked"))
-    monkeypatch.setattr(data, "download", lambda *a, **k: pytest.fail("pip ran before --data-dir was checked"))
+    monkeypatch.setattr(corpus, "prepare", lambda *a, **k: pytest.fail("the corpus was built before --data-dir was checked"))
+    monkeypatch.setattr(corpus, "download", lambda *a, **k: pytest.fail("pip ran before --data-dir was checked"))
     err = refused(data.main, [a.format(tmp=tmp_path) for a in argv], capsys)
     assert message.format(tmp=tmp_path) in err and "Traceback" not in err
     assert [p.name for p in tmp_path.iterdir()] == ["afile"]
@@ -291,14 +292,14 @@ def test_trains_help_names_every_job_it_trains(capsys):
 
 
 def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path, monkeypatch):
-    assert not set(data.HELD_OUT_PACKAGES) & set(data.PACKAGES)  # held out of every corpus
+    assert not set(corpus.HELD_OUT_PACKAGES) & set(corpus.PACKAGES)  # held out of every corpus
     doc = '    """' + "A long docstring line.\n    " * 8 + '"""\n'
     module = f"def f(x):\n{doc}    return x\n\n\nTABLE = {{\n" + "".join(f"    'a_longer_key_{i}': {i},\n" for i in range(8)) + "}\n"
     wheels = {name: fake_wheel(tmp_path / f"{name}.whl", {f"{name}/a.py": module, f"{name}/b.py": module.replace("f(", "g(")})
               for name in ("p1", "p2")}
-    monkeypatch.setattr(data, "HELD_OUT_PACKAGES", {"p1": ("1", "MIT"), "p2": ("2", "BSD-3-Clause")})
-    monkeypatch.setattr(data, "download", lambda where, packages: wheels)
-    counts = data.write_third_party_prompts(tmp_path / "p.jsonl", tmp_path, per_category=3)
+    monkeypatch.setattr(corpus, "HELD_OUT_PACKAGES", {"p1": ("1", "MIT"), "p2": ("2", "BSD-3-Clause")})
+    monkeypatch.setattr(corpus, "download", lambda where, packages: wheels)
+    counts = corpus.write_third_party_prompts(tmp_path / "p.jsonl", tmp_path, per_category=3)
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert counts == {"code": 3, "docs": 3, "structured": 3} and len(rows) == 9
     code = [r for r in rows if r["category"] == "code"]

@@ -11,7 +11,8 @@ file where the output will go: `os.access` answers yes to everything for root, a
 refuse a file whatever the permission bits say.
 
 `home()` is the one place tinyspec keeps what it makes for itself (the sizing cache, the corpus):
-$TINYSPEC_HOME, or ~/.cache/tinyspec, never the directory a command happens to run from.
+$TINYSPEC_HOME, or ~/.cache/tinyspec, never the directory a command happens to run from. What
+ships with tinyspec sits in the checkout beside the package (`CHECKOUT`): the weights, the docs.
 """
 
 from __future__ import annotations
@@ -27,9 +28,20 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 
+# A clone holds the package, its shipped weights and tokenizer, and its docs side by side (pip install -e .)
+CHECKOUT = Path(__file__).resolve().parent.parent
+WEIGHTS = CHECKOUT / "weights"
+
+
+def shown(path) -> str:
+    """A path as a card prints it: relative to the checkout when inside it (cards travel)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(CHECKOUT)) if path.is_relative_to(CHECKOUT) else str(path)
+
+
 def home() -> Path:
     """tinyspec's own folder: `sizing/` (measurements, `speed/sizing.py`) and `data/` (the corpus,
-    `commands/data.py`) live here. $TINYSPEC_HOME when set, else ~/.cache/tinyspec; read at each call."""
+    `training/corpus.py`) live here. $TINYSPEC_HOME when set, else ~/.cache/tinyspec; read at each call."""
     return Path(os.environ.get("TINYSPEC_HOME") or "~/.cache/tinyspec").expanduser()
 
 

@@ -227,7 +227,7 @@ CHAPTERS = {
                     "attention. (Without a GPU, say so, and explain instead, from chapter 10, what the kernel saves "
                     "on a memory-bound step.)"),
     "training": Chapter(
-        "11 Training", ("commands/distill.py:eagle_loss", "commands/distill.py:own_chains"),
+        "11 Training", ("training/distill.py:eagle_loss", "training/distill.py:own_chains"),
         ("tests/test_eagle.py::test_loss_is_smooth_l1_plus_weighted_cross_entropy",
          "tests/test_eagle.py::test_trained_head_predicts_features_several_steps_deep",
          "tests/test_eagle.py::test_resumed_training_equals_straight_training",

@@ -16,21 +16,20 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..files import destination, kind, unwritable
+from ..files import WEIGHTS, destination, kind, shown, unwritable  # noqa: F401 (shown: for the commands)
 from ..methods import METHODS, build, exact_rules
 from ..methods.base import Method
 from ..model import GPT
 from ..tokenizer import load_tokenizer
 from ..verify import RULES
 
-# The shipped checkpoints and tokenizer sit beside the package in a clone (pip install -e .).
-WEIGHTS = Path(__file__).resolve().parent.parent.parent / "weights"
+# The shipped checkpoints and tokenizer (`files.WEIGHTS`: beside the package in a clone)
 DEFAULT_MODEL = WEIGHTS / "target.safetensors"
 DEFAULT_DRAFT = WEIGHTS / "draft.safetensors"
 DEFAULT_HEADS = WEIGHTS / "medusa.safetensors"
 DEFAULT_EAGLE = WEIGHTS / "eagle.safetensors"
 DEFAULT_TOKENIZER = WEIGHTS / "tokenizer.tiktoken"
-DEFAULT_TOKEN_RANKS = WEIGHTS / "token_ranks.json"  # tokens by corpus frequency (`data.token_ranks`)
+DEFAULT_TOKEN_RANKS = WEIGHTS / "token_ranks.json"  # tokens by corpus frequency (`corpus.token_ranks`)
 
 
 def die(message: str, status: int = 2):
@@ -70,12 +69,6 @@ def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Pat
     if path.exists() and path.resolve().parent == WEIGHTS.resolve() and not force:
         die(f"{path} is a shipped file: pass --force to replace it, or write elsewhere with --out")
     return path
-
-
-def shown(path) -> str:
-    """A path as a card should print it: relative to the project when inside it (cards travel)."""
-    path = Path(path).resolve()
-    return str(path.relative_to(WEIGHTS.parent)) if path.is_relative_to(WEIGHTS.parent) else str(path)
 
 
 class StdoutError(Exception):

@@ -23,17 +23,16 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
-from . import data
-from .benchmark import build_parser as benchmark_parser, prepare
 from ..files import atomic_write_json
 from ..sampling import Sampling
+from ..training import corpus as data
+from ..training.gpt import evaluate as validation_loss
+from .benchmark import build_parser as benchmark_parser, prepare
 from .cli import check_output, load_encoding, run_main
 from .specs import label
-from .train import evaluate as validation_loss
 
 METHODS = "ar,draft:4,medusa:16,eagle:2,6,16,lookup:8,lookahead:3,3,2"
 
@@ -78,10 +77,11 @@ def main(argv=None) -> None:
     corpus = data.prepare(load_encoding(args.tokenizer), Path(args.tokenizer), Path(args.data_dir),
                           packages=not args.stdlib_only)
     # the windows and batches of training's own validation, so the figures compare with a card's
-    settings = SimpleNamespace(eval_batches=10, batch_size=16, block_size=target.config.n_ctx)
+    batches, batch_size, block_size = 10, 16, target.config.n_ctx
     autocast = torch.autocast(device.type, enabled=False)
-    val = {name: round(validation_loss(target, data.TokenFile(corpus / f"{name}.bin"), settings, device, autocast), 4)
-           for name in ("val", "val-packages") if (corpus / f"{name}.bin").stat().st_size > 2 * (settings.block_size + 1)}
+    val = {name: round(validation_loss(target, data.TokenFile(corpus / f"{name}.bin"), batches, batch_size, block_size,
+                                       device, autocast), 4)
+           for name in ("val", "val-packages") if (corpus / f"{name}.bin").stat().st_size > 2 * (block_size + 1)}
     report = {"model": args.model, "validation_loss": val, "max_new_tokens": args.max_new_tokens, "tau": {},
               "command": "python -m tinyspec evaluate " + " ".join(argv)}
     for spec in specs:

@@ -10,46 +10,32 @@ target, or a draft distilled from one), Medusa heads, an EAGLE draft head or a p
     python -m tinyspec train parallel                  # a parallel feature head -> runs/parallel/parallel.safetensors
 
 Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
-only replaced with --force.
-
-A GPT is trained like nanoGPT: random windows of the token file, AdamW (beta2 0.95, weight
-decay on matrices only), linear warm-up then cosine decay to 10% of the peak learning rate,
-gradient clipping at 1.0, bf16 autocast on a GPU. Every `--eval-every` steps it measures the
-validation loss and saves a checkpoint (model, optimizer, data-sampler state) in `--run-dir`,
-from which `--resume` continues exactly. At the end the weights go to `--out` and a model card
-(`--out` with .md) records what was trained, on what, for how long, and how well.
+only replaced with --force. How each is trained is `training/` (`gpt.py`, `heads.py`); this file
+checks the flags and the paths, loads the models with one-line errors, and calls it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from . import data
-from .checkpoint import Budget, check_fresh_start, latest_checkpoint, load_checkpoint, save_checkpoint
-from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_input, check_output, check_tokenizer,
-                  die, examples, load_encoding, load_model, pick_device, run_main, seed, set_threads, shown)
-from ..files import atomic_write_text
+from ..files import read_tensors
+from ..methods.eagle import EagleHead
+from ..methods.medusa import MedusaHeads
+from ..methods.parallel import ParallelHead
 from ..model import GPT, PRESETS
-from .optim import lr_at, make_optimizer
 from ..tokenizer import count_chunks, save_ranks, train_bpe
-from .train_heads import train_eagle, train_medusa
+from ..training import corpus, gpt, heads
+from ..training.checkpoint import Budget, check_fresh_start, latest_checkpoint, saved_state
+from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_input, check_output, check_tokenizer,
+                  die, examples, load_encoding, load_model, pick_device, run_main, seed, set_threads)
 
-
-# The longest context `train gpt` accepts: attention costs n_ctx^2 per layer and the learned position
-# table has n_ctx rows, and GPT-2 itself stops at 1024; beyond a few thousand nothing trains here.
-MAX_N_CTX = 8192
-
-
-# ---- tokenizer ------------------------------------------------------------------------------
 
 def check_texts(paths: list[str] | None) -> None:
     """--text files: each must exist and be UTF-8 text (a binary file would train on noise)."""
@@ -63,12 +49,15 @@ def check_texts(paths: list[str] | None) -> None:
             die(f"--text {f} is not UTF-8 text ({e.reason} at byte {e.start}): give a text file")
 
 
+# ---- tokenizer ------------------------------------------------------------------------------
+
 def train_tokenizer(args) -> None:
+    """BPE merges of the corpus's training split (`tokenizer.train_bpe`), saved as a ranks file."""
     if not 257 <= args.vocab_size <= 2 ** 16:  # 256 byte tokens + <|endoftext|>; token files are uint16
         die(f"--vocab-size must be in 257..65536 (the 256 bytes, merges, and <|endoftext|>), got {args.vocab_size}")
     check_destination(args.out, args.force)
     check_texts(args.text)
-    texts = data.corpus("train", args.text)
+    texts = corpus.corpus("train", args.text)
     print(f"counting chunks in {len(texts)} documents ({sum(map(len, texts)) / 1e6:.1f}M characters)")
     counts = None
     for t in tqdm(texts, desc="pre-tokenizing"):
@@ -81,23 +70,8 @@ def train_tokenizer(args) -> None:
 
 # ---- GPT ------------------------------------------------------------------------------------
 
-@torch.no_grad()
-def evaluate(model: GPT, tokens: data.TokenFile, args, device, autocast) -> float:
-    """Mean validation loss over `args.eval_batches` fixed windows (same windows every time)."""
-    model.eval()
-    g = torch.Generator().manual_seed(1234)
-    losses = []
-    for _ in range(args.eval_batches):
-        x, y = (t.to(device) for t in tokens.batch(args.batch_size, args.block_size, g))
-        with autocast:
-            logits, _ = model(x)
-        losses.append(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
-    model.train()
-    return sum(losses) / len(losses)
-
-
 def train_gpt(args) -> None:
-    budget = Budget(args.max_minutes, args.eval_batches)
+    budget = Budget(args.max_minutes, args.eval_batches)  # counted from here: the start of the command
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
     enc = load_encoding(args.tokenizer)
@@ -110,9 +84,10 @@ def train_gpt(args) -> None:
     config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
     if config.n_embd % config.n_head:
         die(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
-    if config.n_ctx > MAX_N_CTX:
-        die(f"--n-ctx {config.n_ctx} is more than {MAX_N_CTX}: attention over n_ctx positions costs n_ctx^2 per layer "
-            "and the learned position table has n_ctx rows, so this would not train on one machine; use a smaller one")
+    if config.n_ctx > gpt.MAX_N_CTX:
+        die(f"--n-ctx {config.n_ctx} is more than {gpt.MAX_N_CTX}: attention over n_ctx positions costs n_ctx^2 per "
+            "layer and the learned position table has n_ctx rows, so this would not train on one machine; use a "
+            "smaller one")
     if args.block_size and args.block_size > config.n_ctx:  # a window past the position table cannot train
         die(f"--block-size {args.block_size} is more than the model's context ({config.n_ctx}): use "
             f"--block-size {config.n_ctx} or less, or a larger --n-ctx")
@@ -125,134 +100,100 @@ def train_gpt(args) -> None:
             die(f"--init-from {args.init_from} is a {start.config} model, not the preset's {config}")
         model.load_state_dict(start.state_dict())
     model.tokenizer_fingerprint = enc.fingerprint
-    opt = make_optimizer(model, args.lr, args.weight_decay)
-    data_rng = torch.Generator().manual_seed(args.seed)
-    step, tokens_seen, history, seconds_before = 0, 0, [], 0.0
     if args.resume:
         if latest_checkpoint(run_dir) is None:
             die(f"--resume: no checkpoint in {run_dir} (its file 'latest' names the last one)")
-        state = load_checkpoint(latest_checkpoint(run_dir), model, opt, data_rng, device)
-        if state["config"] != asdict(config):
+        if saved_state(latest_checkpoint(run_dir))["config"] != asdict(config):
             die(f"--resume: the checkpoint in {run_dir} has a different model config; drop --resume or change --run-dir")
-        step, tokens_seen, history = state["step"], state["tokens_seen"], state["history"]
-        seconds_before = state.get("train_seconds", 0.0)
-        print(f"resuming from step {step} ({tokens_seen / 1e6:.1f}M tokens seen)")
-
     teacher = None
     if args.distill_from:  # knowledge distillation (Hinton et al. 2015): learn the teacher's p, not the corpus
         teacher = load_model(args.distill_from, device, torch.float32, what="distill-from").requires_grad_(False)
         check_tokenizer(teacher, enc, "--distill-from teacher")
-    data_path = data.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text, packages=not args.stdlib_only)
-    meta = json.loads((data_path / "meta.json").read_text())
-    train_tokens = data.TokenFile(data_path / "train.bin")
-    # validation on the standard library's held-out modules (comparable with every earlier target) and,
-    # where the corpus has them, the packages'
-    val_sets = {name: data.TokenFile(data_path / f"{name}.bin") for name in ("val", "val-packages")
-                if meta.get(name, {}).get("tokens", 0) > args.block_size + 1}
-    if len(train_tokens) <= args.block_size + 1 or "val" not in val_sets:
-        die(f"a training window of {args.block_size} tokens does not fit the corpus splits ({len(train_tokens)} and "
-            f"{meta['val']['tokens']} tokens): use a smaller --block-size or --n-ctx")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16 or device.type == "cuda")
-    step_fn = torch.compile(model) if args.compile else model  # compile only the step; `model` stays plain
-    tokens_per_step = args.batch_size * args.block_size
-    print(f"{args.preset}: {model.num_params() / 1e6:.2f}M parameters, {args.steps} steps x {tokens_per_step} tokens "
-          f"on {device} (train split: {meta['train']['tokens'] / 1e6:.1f}M tokens)")
-
-    def checkpoint(losses):
-        history.append({"step": step, "tokens_seen": tokens_seen} | {k: round(v, 4) for k, v in losses.items()})
-        save_checkpoint(run_dir, model, opt, data_rng, {"step": step, "tokens_seen": tokens_seen,
-                        "config": asdict(config), "history": history, "args": vars(args),
-                        "train_seconds": round(seconds_before + time.time() - t_start, 1)})
-
-    def validate():
-        t0 = time.time()
-        losses = {"val_loss" if name == "val" else "val_packages": evaluate(model, tokens, args, device, autocast)
-                  for name, tokens in val_sets.items()}
-        val = losses["val_loss"]
-        budget.eval_s = time.time() - t0
-        bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}" +
-                  (f" (packages {losses['val_packages']:.3f})" if "val_packages" in losses else ""))
-        if args.keep_best and val <= min((h["val_loss"] for h in history), default=float("inf")):
-            model.save(run_dir / "best.safetensors")  # many epochs over a small corpus overfit: keep the best
-        checkpoint(losses)
-
-    t_start = time.time()
-    bar = tqdm(total=args.steps, initial=step, desc="training", dynamic_ncols=True)
-    model.train()
-    out_of_time, loss = False, torch.tensor(float("nan"))
-    while step < args.steps:
-        if not budget.room_for_a_step():
-            out_of_time = True
-            break
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        x, y = (t.to(device, non_blocking=True) for t in train_tokens.batch(args.batch_size, args.block_size, data_rng))
-        t0 = time.time()
-        with autocast:
-            logits, _ = step_fn(x)
-            if teacher is not None:
-                with torch.no_grad():
-                    target_probs = torch.softmax(teacher(x)[0].float(), -1)
-        if teacher is None:
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        else:  # cross-entropy against the teacher's distribution = KL(p_teacher || q_student) + const
-            loss = -(target_probs * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step, tokens_seen = step + 1, tokens_seen + tokens_per_step
-        bar.update(1)
-        budget.step_s = time.time() - t0
-        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / budget.step_s:.0f}")
-        if step % args.eval_every == 0 or step == args.steps:
-            validate()
-    if not history or history[-1]["step"] != step:  # stopped between validations: validate and checkpoint here
-        validate()
-    if out_of_time:
-        bar.write(f"--max-minutes {args.max_minutes}: stopped at step {step}, before a step and validation would "
-                  f"pass it (a step takes {budget.step_s:.1f}s here); --resume continues")
-    bar.close()
-    if args.keep_best:
-        model.load_state_dict(GPT.from_hf(run_dir / "best.safetensors", device=device).state_dict())
-    model.save(out, dtype=torch.bfloat16 if args.save_dtype == "bfloat16" else None)
-    write_card(out.with_suffix(".md"), args, config, model, meta, history, device,
-               seconds_before + time.time() - t_start)
-    print(f"saved {out} and its model card {out.with_suffix('.md')}")
+    data = corpus.prepare(enc, Path(args.tokenizer), Path(args.data_dir), args.text, packages=not args.stdlib_only)
+    settings = gpt.Settings(**{f.name: getattr(args, f.name) for f in fields(gpt.Settings)})
+    gpt.train_gpt(model, data, run_dir, out, settings, budget, device, teacher, args.resume)
 
 
-def write_card(path: Path, args, config, model, meta, history, device, seconds: float) -> None:
-    """The model card: what this checkpoint is and how to make it again (figures from this run)."""
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s))"
-    last = history[-1] if history else {"tokens_seen": 0, "val_loss": float("nan"), "step": 0}
-    best = min(history, key=lambda h: h["val_loss"]) if history else last
-    kept = f"- kept: the weights of step {best['step']}, the best validation loss ({best['val_loss']:.3f}; --keep-best)\n" \
-        if args.keep_best else ""
-    flags = " ".join(a for a in args.argv if a != "--resume")
-    curve = "\n".join(f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | "
-                      f"{h['val_packages']:.3f} |" if "val_packages" in h else
-                      f"| {h['step']} | {h['tokens_seen'] / 1e6:.1f}M | {h['val_loss']:.3f} | - |" for h in history)
-    atomic_write_text(path, f"""# {path.stem}
+# ---- heads on a frozen target ---------------------------------------------------------------
 
-- preset: `{args.preset}` {json.dumps(asdict(config))}
-- parameters: {model.num_params() / 1e6:.2f}M ({model.num_params():,}; the LM head is tied to the token embedding)
-- data: {' and '.join(sorted(meta.get('sources', {'stdlib': 0}), key=lambda n: n != 'stdlib'))}, train split
-  ({meta['train']['documents']} modules, {meta['train']['tokens'] / 1e6:.1f}M tokens{', plus --text ' + ', '.join(args.text) if args.text else ''});
-  validation: the standard library's {meta['val']['documents']} held-out modules ({meta['val']['tokens'] / 1e6:.2f}M tokens)
-  {f"and the packages' {meta['val-packages']['documents']} ({meta['val-packages']['tokens'] / 1e6:.2f}M tokens)" if meta.get('val-packages', {}).get('documents') else ''}
-  (`tinyspec/commands/data.py`; every source's version, licence and tokens: `python -m tinyspec data`){f"; started from `{shown(args.init_from)}`" if args.init_from else ''}
-- objective: {'distillation from `' + args.distill_from + '`: cross-entropy against its next-token distributions' if args.distill_from else 'next-token cross-entropy on the corpus'}
-- trained on: {where}, {seconds / 60:.0f} minutes (resumed runs summed), bf16 autocast: {args.bf16 or device.type == 'cuda'}
-- steps: {last['step']} of batch {args.batch_size} x {args.block_size} tokens; tokens seen: {last['tokens_seen'] / 1e6:.1f}M
-- final validation loss: {last['val_loss']:.3f} nats/token
-{kept}- stored as: {args.save_dtype}, Hugging Face GPT-2 tensor names (`GPT.from_hf`, `model.to_hf`)
+def frozen_target(args):
+    """(device, tokenizer, the target in float32) for training something on the target's own text."""
+    device = pick_device(args.device)
+    set_threads(args.threads, device, default=None)
+    check_destination(args.out, args.force)
+    args.run_dir = str(check_output(args.run_dir, "--run-dir", directory=True))  # through a link: its target
+    check_output(args.data_dir, "--data-dir", directory=True)
+    enc = load_encoding(args.tokenizer)
+    if not check_input(args.target, "--target").is_file():
+        die(f"--target {args.target} not found: train the target first (python -m tinyspec train gpt)")
+    return device, enc, GPT.from_hf(args.target, device=device, dtype=torch.float32).eval()
 
-Reproduce: `python -m tinyspec train {flags}`
 
-| step | tokens seen | validation loss (stdlib) | validation loss (packages) |
-|---|---|---|---|
-{curve}
-""")
+def self_distilled(args) -> heads.SelfDistilled:
+    return heads.SelfDistilled(**{f.name: getattr(args, f.name) for f in fields(heads.SelfDistilled)})
+
+
+def train_medusa(args) -> None:
+    device, enc, target = frozen_target(args)
+    heads.train_medusa(target, enc, self_distilled(args), Path(args.run_dir), Path(args.out), args.heads, args.steps,
+                       args.batch_size, args.lr, args.window, args.target, args.argv)
+
+
+def train_eagle(args) -> None:
+    """An EAGLE head or a parallel head (`args.what`), from random weights or a head's (--init-from),
+    checked before the target writes a token of its training text."""
+    device, enc, target = frozen_target(args)
+    run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
+    if args.resume and latest_checkpoint(ckpt_dir) is None:
+        die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
+    check_fresh_start(ckpt_dir, args.resume, args.force)
+    kind = ParallelHead if args.what == "parallel" else EagleHead
+    if args.init_from == "none":
+        args.init_from = None
+    if getattr(args, "heads_from", None) == "none":
+        args.heads_from = None
+    if args.what == "parallel" and args.depth < 2:
+        die("--depth: the parallel head drafts at least 2 deep (EAGLE's guess and one Medusa head)")
+    torch.manual_seed(args.seed)  # a new head's weights (the target's text is drawn from generators of its own)
+    head = kind.for_target(target) if args.init_from is None else start_from(args.init_from, kind, target, device,
+                                                                              args.depth, getattr(args, "heads_from", None))
+    if getattr(args, "keep_eagle", False):  # depth 1 stays the EAGLE head's: only the Medusa heads learn
+        head.fc.requires_grad_(False)
+        head.block.requires_grad_(False)
+    if kind is ParallelHead and head.block_size != args.depth:
+        die(f"--depth {args.depth}: --init-from {args.init_from} drafts {head.block_size} deep; give --depth "
+            f"{head.block_size} or start from an EAGLE head")
+    settings = heads.FeatureHeadRun(**{f.name: getattr(args, f.name, None) for f in fields(heads.FeatureHeadRun)})
+    settings.keep_eagle = bool(settings.keep_eagle)
+    caches = [run_dir, Path(args.medusa_run_dir)]  # the sequences `train medusa` made are reused
+    heads.train_eagle(target, head, enc, self_distilled(args), run_dir, caches, Path(args.out), settings, args.target,
+                      args.argv)
+
+
+def start_from(path: str, kind: type, target: GPT, device, depth: int, heads_from: str | None) -> EagleHead:
+    """A head of `kind` that starts from the head saved at `path`; a parallel head `depth` deep
+    from an EAGLE head (its fc and block) and the Medusa heads at `heads_from` (or new ones)."""
+    if not check_input(path, "--init-from").is_file():
+        die(f"--init-from {path} not found: train an EAGLE head first (python -m tinyspec train eagle), or give "
+            "--init-from none")
+    parallel = any(name.startswith("ahead.") for name in read_tensors(path)[1])
+    loaded = (ParallelHead if parallel else EagleHead).load(path, device)
+    if loaded.target_fingerprint and loaded.target_fingerprint != target.fingerprint():
+        die(f"--init-from {path} was trained for a different target model")
+    if parallel and kind is EagleHead:
+        die(f"--init-from {path} holds a parallel head: start an EAGLE head from an EAGLE head")
+    head = loaded
+    if kind is ParallelHead and not parallel:
+        medusa = None
+        if heads_from is not None:
+            medusa = MedusaHeads.load(heads_from, device, torch.float32)
+            if medusa.n_heads < depth - 1:
+                die(f"--heads-from {heads_from} has {medusa.n_heads} heads; --depth {depth} needs {depth - 1}")
+        head = ParallelHead.from_heads(loaded, medusa, depth)
+    head.target_fingerprint = target.fingerprint()
+    return head.train()
+
+
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -290,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--text", action="append", help="extra training text file (repeatable)")
     g.add_argument("--distill-from", help="train on this teacher model's next-token distributions instead of "
                    "the corpus tokens (a draft distilled from the target)")
-    g.add_argument("--data-dir", default=str(data.data_home()), help="where token files are cached "
+    g.add_argument("--data-dir", default=str(corpus.data_home()), help="where token files are cached "
                    "(set TINYSPEC_HOME to move tinyspec's folder)")
     g.add_argument("--stdlib-only", action="store_true", help="train on the standard library alone (otherwise the "
                    "pinned packages' sources are downloaded once into --data-dir and added: python -m tinyspec data)")
@@ -371,7 +312,7 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
     p.add_argument("--gen-batch", type=int, default=64, help="sequences generated at once")
     p.add_argument("--tokenizer", default=str(WEIGHTS / "tokenizer.tiktoken"), help="tiktoken ranks file")
     p.add_argument("--text", action="append", help=argparse.SUPPRESS)
-    p.add_argument("--data-dir", default=str(data.data_home()), help="where token files are cached "
+    p.add_argument("--data-dir", default=str(corpus.data_home()), help="where token files are cached "
                    "(set TINYSPEC_HOME to move tinyspec's folder)")
     p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
                    "the corpus with the pinned packages, downloaded once into --data-dir)")

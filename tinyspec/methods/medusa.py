@@ -13,7 +13,7 @@ frozen one keeps a head at n_embd^2 + n_embd parameters.)
 
 W_i and b_i start at zero, so a new head is the base LM head exactly, and training only has to
 learn the shift by i tokens. The heads are trained "Medusa-1" style on the frozen target's own
-text (`commands/distill.py`).
+text (`training/distill.py`).
 
 One decoding step (`Medusa` below), with h the hidden state of the token *before* the root:
 the root is the last token the target chose (from h's LM-head logits), and head i's guesses

@@ -24,7 +24,7 @@ from these k distributions: every node at depth d has the same distribution of c
 depth d + 1, so `expand` looks its rows up instead of running the head again. The rules judge a
 node against the q it was drawn from, whatever made that q, so every exact rule stays exact.
 
-Training (`commands/distill.py: unrolled_loss`) starts from the shipped EAGLE head and Medusa
+Training (`training/distill.py: unrolled_loss`) starts from the shipped EAGLE head and Medusa
 heads and teaches the heads on f^, the head's own *predicted* feature they read when decoding,
 not the target's true f they were trained on: training that matches decoding (HASS, Zhang et al.
 2024, arXiv:2408.15766). (Tried first, PARD-style: k - 1 learned *blank* inputs fed after the

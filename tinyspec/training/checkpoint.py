@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..files import atomic_save_tensors, atomic_write_json, atomic_write_text
 from ..model import GPT
-from .cli import die
 
 
 def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
@@ -35,11 +34,12 @@ def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
 
 def check_fresh_start(run_dir: Path, resume: bool, force: bool) -> None:
     """A run without --resume starts over, and its first checkpoint removes every one before it
-    (`save_checkpoint`): an earlier run's checkpoints are removed only with --force, never in silence."""
+    (`save_checkpoint`): an earlier run's checkpoints are removed only with --force, never in silence
+    (ValueError otherwise: the command says it in one line)."""
     earlier = sorted(run_dir.glob("step-*"))
     if earlier and not resume and not force:
-        die(f"{run_dir} holds an earlier run's checkpoints ({earlier[-1].name}): pass --resume to continue that run, "
-            "--force to start over and remove them, or another --run-dir")
+        raise ValueError(f"{run_dir} holds an earlier run's checkpoints ({earlier[-1].name}): pass --resume to "
+                         "continue that run, --force to start over and remove them, or another --run-dir")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -48,11 +48,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return run_dir / pointer.read_text().strip() if pointer.is_file() else None
 
 
+def saved_state(ckpt: Path) -> dict:
+    """What a checkpoint keeps besides tensors (`state.json`): the step, the curve, the config, ..."""
+    return json.loads((ckpt / "state.json").read_text())
+
+
 def load_checkpoint(ckpt: Path, model, opt, data_rng, device, read=lambda path: GPT.from_hf(path).state_dict()) -> dict:
     """Restore what `save_checkpoint` wrote; read(path) -> the model's state dict from its file."""
     from safetensors.torch import load_file
 
-    state = json.loads((ckpt / "state.json").read_text())
+    state = saved_state(ckpt)
     model.load_state_dict(read(ckpt / "model.safetensors"))
     moments = load_file(ckpt / "optimizer.safetensors")
     data_rng.set_state(moments.pop("data_rng"))

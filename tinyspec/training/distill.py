@@ -19,13 +19,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .data import TokenFile
 from ..kvcache import KVCache
 from ..methods.medusa import MedusaHeads
 from ..methods.parallel import ParallelHead
 from ..model import GPT, causal_mask
-from .optim import lr_at, make_optimizer
 from ..sampling import probs, sample
+from .corpus import TokenFile
+from .optim import lr_at, make_optimizer
 
 
 def medusa_loss(head_logits: torch.Tensor, target_logits: torch.Tensor,
