@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tinyspec.commands import bench, cli, data, evaluate, generate, train
+from tinyspec.commands import cli, data, generate, train
+from tinyspec.bench import command as bench, evaluate
 from tinyspec.commands.cli import WEIGHTS
 
 from conftest import refused
@@ -173,7 +174,7 @@ def test_typical_acceptance_when_sampling_says_its_text_is_not_the_targets(tempe
 
 
 def test_bench_warns_of_a_lossy_rule_at_a_temperature(monkeypatch, capsys):
-    from tinyspec.commands import benchmark
+    from tinyspec.bench import benchmark
     monkeypatch.setattr(benchmark, "pick_device", lambda name: cli.die("stopped before the work"))
     with pytest.raises(SystemExit):
         bench.main(["--methods", "medusa@typical", "--temperatures", "0,1"])
@@ -249,4 +250,4 @@ def test_python_m_tinyspec_generate_is_the_generate_command():
     p = tinyspec("tinyspec.generate", "--prompt", "def f(x):", "--max-new-tokens", "3", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["stats"]["new_tokens"] == 3, p.stderr
     p = tinyspec("tinyspec.generate", "--help")
-    assert p.returncode == 0 and p.stdout.startswith("usage: python -m tinyspec generate") and "--method" in p.stdout
+    assert p.returncode == 0 and p.stdout.startswith("usage: python -m tinyspec.generate") and "--method" in p.stdout

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tinyspec import decoding
-from tinyspec.commands import bench, generate
+from tinyspec.commands import generate
+from tinyspec.bench import command as bench
 from tinyspec.decoding import decode
 from tinyspec.kvcache import feed
 from tinyspec.methods.base import default_rule

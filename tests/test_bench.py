@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from tinyspec.commands import bench, benchmark, specs
+from tinyspec.bench import command as bench, benchmark, specs
 from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import random_gpt, refused
@@ -219,7 +219,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_work(files, tmp_p
 
 
 def test_evaluate_refuses_an_output_it_cannot_write_before_the_work(files, tmp_path, capsys, monkeypatch):
-    from tinyspec.commands import evaluate
+    from tinyspec.bench import evaluate
     monkeypatch.setattr(evaluate, "prepare", lambda *a: pytest.fail("evaluate ran before its output was checked"))
     for path in ("/proc/x.json", str(tmp_path)):
         assert "--save" in refused(evaluate.main, ["--save", path, "--stdlib-only"], capsys)
@@ -275,7 +275,7 @@ def a_stdout_that_is_full(monkeypatch):
 def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp_path, capsys, monkeypatch):
     """`> /dev/full`: one line and status 1, with the report saved (evaluate had done 38 s of work)."""
     import numpy as np
-    from tinyspec.commands import evaluate
+    from tinyspec.bench import evaluate
     from tinyspec.commands.cli import run_main
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -344,7 +344,7 @@ def test_a_closed_pipe_ends_the_benchmark_quietly_and_keeps_its_report(files, tm
 
 
 def test_a_loop_is_a_window_that_comes_back_three_times():
-    from tinyspec.commands.evaluate import loops
+    from tinyspec.bench.evaluate import loops
     assert loops([7] * 10) and loops(list(range(8)) * 3) and loops([1, 2] * 12)
     assert not loops(list(range(64))) and not loops(list(range(8)) * 2 + list(range(8, 40)))
     assert not loops(list(range(8)) * 3, window=9) and loops(list(range(4)) * 3, window=4)
@@ -354,7 +354,7 @@ def test_evaluate_reports_validation_loss_loops_and_tau(files, tmp_path, capsys,
     """On random models (the figures mean nothing): every method's tau per category, the loops of
     plain decoding, and validation loss on the corpus's held-out files, saved as JSON."""
     import numpy as np
-    from tinyspec.commands import evaluate
+    from tinyspec.bench import evaluate
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("val", "val-packages"):
@@ -383,7 +383,7 @@ def test_profile_splits_every_row(files, capsys):
 def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
     """ledger.png: per method, the time per token over ar's, split into the ledger's parts."""
     pytest.importorskip("matplotlib")
-    from tinyspec.commands.plots import write_plots
+    from tinyspec.bench.plots import write_plots
     ledger = lambda target, propose: {"target": target, "propose": propose, "rule": 0.05, "cache": 0.05,
                                       "rest": 0.9 - target - propose}
     rows = [{"method": m, "temperature": 0.0, "category": c, "tau": tau, "speedup": speedup, "ledger": ledger(*parts)}
@@ -422,7 +422,7 @@ def test_a_pass_interleaved_prompt_by_prompt_adds_up_its_runs():
 
 
 def test_the_report_sets_each_graph_row_beside_its_eager_one():
-    from tinyspec.commands.report import markdown
+    from tinyspec.bench.report import markdown
     row = dict(method="medusa:16", temperature=0.0, category="code", tau=2.3, speedup=1.0, weights_GBps=1.0)
     runs = [{"run": "graph-float32", "dtype": "float32", "rows": [dict(row, tokens_per_s=300.0)],
              "command": "python -m tinyspec bench --cuda-graph"},

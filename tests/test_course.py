@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from tinyspec.commands import course
+from tinyspec.__main__ import parser_of
+from tinyspec.course import handouts as course
 
 
 def test_stub_out_replaces_whole_bodies_and_keeps_docstrings():
@@ -36,14 +37,15 @@ def test_every_chapter_names_existing_functions_and_tests():
 
 def deliverable_commands(text: str) -> list[list[str]]:
     """The `python -m tinyspec ...` commands a deliverable quotes, as argument lists after the module."""
-    return [shlex.split(c)[3:] for c in re.findall(r"`(?:time )?(python -m tinyspec [^`]+)`", text)]
+    return [shlex.split(c.replace("tinyspec.generate", "tinyspec generate", 1))[3:]
+            for c in re.findall(r"`(?:time )?(python -m tinyspec[ .][^`]+)`", text)]
 
 
 def test_every_chapter_is_a_handout_with_hours_and_a_deliverable_made_by_existing_commands():
     """Each chapter names its walkthrough chapter as the book titles it, an estimate of its hours,
     and a written deliverable whose commands parse with tinyspec's own parsers (a method spec as the
     benchmark checks it): a student can run every command the handout asks for."""
-    from tinyspec.commands.specs import parse_method
+    from tinyspec.bench.specs import parse_method
     from tinyspec.methods import check_rule
     titles = re.findall(r"^## (\d+ .+)$", (course.ROOT / "walkthrough.md").read_text(), re.M)
     for chapter, ch in course.CHAPTERS.items():
@@ -52,10 +54,9 @@ def test_every_chapter_is_a_handout_with_hours_and_a_deliverable_made_by_existin
         commands = deliverable_commands(ch.deliverable)
         assert commands, f"{chapter}: the deliverable names no command to measure with"
         for argv in commands:
-            name, *rest = argv
-            module = "kernel_bench" if argv[:2] == ["bench", "kernels"] else name
-            rest = rest[1:] if module == "kernel_bench" else rest
-            args = importlib.import_module(f"tinyspec.commands.{module}").build_parser().parse_args(rest)
+            name = argv[0]
+            module, rest = parser_of(argv)
+            args = importlib.import_module(f"tinyspec.{module}").build_parser().parse_args(rest)
             if name == "bench" and getattr(args, "methods", None):
                 temperatures = [float(t) for t in (args.temperatures or "0").split(",")]
                 for spec in re.split(r",(?=[a-zA-Z])", args.methods):

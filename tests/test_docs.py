@@ -40,7 +40,7 @@ def quick(argv) -> bool:
     command, args = (argv[3] if len(argv) > 3 else None), argv[4:]
     if ("--cuda-graph" in args and not torch.cuda.is_available()) or "--prompt-file" in args:
         return False  # no GPU here; a whole prompt file is a benchmark's worth of generation
-    return (command in (None, "generate") or (command == "bench" and "--quick" in args)
+    return (command is None or (command == "generate" and bool(args)) or (command == "bench" and "--quick" in args)
             or (command == "course" and args[:1] in (["handout"], ["list"])))
 
 
@@ -56,7 +56,13 @@ def shown_commands():
                     found.append((doc.name, part))
         for span in INLINE.findall(FENCE.sub("", text)):
             found.append((doc.name, " ".join(span.split())))
-    return [(doc, shlex.split(c.strip())) for doc, c in found if c.strip().startswith("python -m tinyspec")]
+    return [(doc, spelled_out(shlex.split(c.strip()))) for doc, c in found if c.strip().startswith("python -m tinyspec")]
+
+
+def spelled_out(argv: list[str]) -> list[str]:
+    """`python -m tinyspec.generate ARGS`, the README's spelling, as `python -m tinyspec generate ARGS`:
+    the same command (tinyspec/generate.py calls it)."""
+    return argv[:2] + ["tinyspec", "generate"] + argv[3:] if argv[2:3] == ["tinyspec.generate"] else argv
 
 
 COMMANDS = shown_commands()
@@ -64,18 +70,17 @@ COMMANDS = shown_commands()
 
 def parser_and_args(argv):
     """The module that runs a shown `python -m tinyspec COMMAND ARGS` and its ARGS: the command's
-    module under tinyspec/commands/ (`tinyspec/__main__.py: COMMANDS`; `bench kernels` and `bench
-    report` have modules of their own), or, for bare `python -m tinyspec`, the overview's."""
+    module (`tinyspec/__main__.py: parser_of`; `bench kernels` and `bench report` have modules of
+    their own), or, for bare `python -m tinyspec`, the overview's."""
     assert argv[2] == "tinyspec", f"`{' '.join(argv)}`: no such module; a command is `python -m tinyspec COMMAND`"
     if len(argv) == 3:  # the overview: no flags
         return importlib.import_module("tinyspec.__main__"), []
     from tinyspec.__main__ import COMMANDS
     command, args = argv[3], argv[4:]
     assert command in COMMANDS, f"`{' '.join(argv)}`: no command {command!r} (python -m tinyspec lists them)"
-    module = COMMANDS[command]
-    if command == "bench" and args[:1] in (["kernels"], ["report"]):
-        module, args = {"kernels": "kernel_bench", "report": "report"}[args[0]], args[1:]
-    return importlib.import_module(f"tinyspec.commands.{module}"), args
+    from tinyspec.__main__ import parser_of
+    module, args = parser_of([command] + args)
+    return importlib.import_module(f"tinyspec.{module}"), args
 
 
 def test_the_docs_show_commands():
@@ -93,6 +98,50 @@ def test_shown_command_parses(doc, argv):
     if args:  # a bare `python -m tinyspec x` in prose names the command; with arguments it must parse
         parser.parse_args(args)
 
+
+
+def recorded_commands():
+    """(file, command) for each command a saved report or model card records (a JSON value under a
+    key naming "command", or a card's `Reproduce:` line), from `python -m tinyspec` or `python FILE`
+    on, a trailing "(...)" aside dropped."""
+    found = []
+    for path in sorted([*ROOT.glob("docs/**/*.json"), *ROOT.glob("weights/*.json")]):
+        def walk(value, key=""):
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(v, k)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v, key)
+            elif isinstance(value, str) and "command" in key and re.search(r"\bpython ", value):
+                found.append((path.relative_to(ROOT).as_posix(), value))
+        walk(json.loads(path.read_text()))
+    for path in sorted(ROOT.glob("weights/*.md")):
+        for command in re.findall(r"`(python -m tinyspec[^`]+)`", path.read_text()):
+            found.append((path.relative_to(ROOT).as_posix(), command))
+    return [(f, re.sub(r"\s*\([^)]*\)$", "", c[c.index("python "):]).strip()) for f, c in found]
+
+
+RECORDED = recorded_commands()
+
+
+@pytest.mark.parametrize("where,command", RECORDED, ids=[f"{f}: {c[10:70]}" for f, c in RECORDED])
+def test_recorded_command_runs_today(where, command):
+    """A report or card says how it was made; that command must be one tinyspec runs today (its
+    flags parse), so a reader can make it again. A script it names must exist."""
+    argv = spelled_out(shlex.split(command))
+    if argv[1] != "-m":
+        assert (ROOT / argv[1]).is_file(), f"{where}: {command}: no {argv[1]}"
+        return
+    module, args = parser_and_args(argv)
+    try:
+        module.build_parser().parse_args(args)
+    except SystemExit:
+        pytest.fail(f"{where} records `{command}`, which no longer parses: record today's spelling")
+
+
+def test_recorded_commands_are_found():
+    assert len(RECORDED) >= 40 and {"docs/bench.json", "weights/target.md", "docs/tour.json"} <= {f for f, _ in RECORDED}
 
 def quick_commands():
     """(doc, argv) of each quick command, once: a command shown twice runs where it is first shown."""
@@ -317,13 +366,13 @@ def test_long_command_runs_shrunk(argv, args, tmp_path, corpus_dir, request, mon
     from tinyspec.speed import sizing  # a method at :auto or --remeasure is sized on 4 tokens a prompt, not
     monkeypatch.setattr(sizing, "NEW_TOKENS", 4)  # conftest's 12: the plumbing is the same, at a third of the cost
     if key[0] == "figures" and "tables" in args:  # it refills README.md and walkthrough.md in place: copies of them
-        from tinyspec.commands import figures
+        from tinyspec.bench import figures
         for doc in ("README.md", "walkthrough.md"):
             (tmp_path / doc).write_text((ROOT / doc).read_text())
         monkeypatch.setattr(figures, "ROOT", tmp_path)
     before = checkout_files()
     if key == ("course", "grade"):  # the handout it grades first: one chapter, its stubs fail their tests
-        from tinyspec.commands import course
+        from tinyspec.course import handouts as course
         course.main(["handout", str(tmp_path / "hw"), "--chapters", "sampling"])
         with pytest.raises(SystemExit) as e:
             module.main(args)
@@ -423,8 +472,9 @@ def cli_flags() -> set[str]:
     """Every --flag of every command (subcommands included)."""
     import argparse
     flags = set()
-    for module in ("generate", "bench", "train", "course", "data", "report", "kernel_bench", "figures", "evaluate"):
-        parsers = [importlib.import_module(f"tinyspec.commands.{module}").build_parser()]
+    from tinyspec.__main__ import BENCH_VERBS, COMMANDS
+    for module in [*COMMANDS.values(), *BENCH_VERBS.values()]:
+        parsers = [importlib.import_module(f"tinyspec.{module}").build_parser()]
         while parsers:
             parser = parsers.pop()
             for action in parser._actions:
@@ -434,7 +484,7 @@ def cli_flags() -> set[str]:
     return flags
 
 
-ROOMS = ("kernels", "methods", "speed", "training", "commands")  # the package's folders (tinyspec/__init__.py)
+ROOMS = ("kernels", "methods", "speed", "training", "commands", "bench", "course")  # the package's folders (tinyspec/__init__.py)
 FILE_REF = re.compile(rf"\b((?:tinyspec/|tests/)?(?:(?:{'|'.join(ROOMS)})/)?[a-z_0-9]+\.py)"
                       r"(?:(::)|:\s*)([A-Za-z_][\w.]*)")
 CODE_TOKEN = re.compile(r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\()?")
@@ -557,7 +607,7 @@ def references(text: str, base=ROOT):
 
 
 def test_coursework_chapters_name_headings_of_the_book():
-    from tinyspec.commands.course import CHAPTERS
+    from tinyspec.course.handouts import CHAPTERS
     headings = set(re.findall(r"^## (.*)$", (ROOT / "walkthrough.md").read_text(), re.M))
     assert {c.walkthrough for c in CHAPTERS.values()} <= headings
 
@@ -566,7 +616,7 @@ def test_the_coursework_table_is_course_chapters():
     """The book's table of assignments is `course.chapters_table()` line for line: every chapter
     `course` hands out, its functions and its number of graded tests. The appendix's count for the
     `sampling` handout is that chapter's."""
-    from tinyspec.commands.course import CHAPTERS, chapters_table
+    from tinyspec.course.handouts import CHAPTERS, chapters_table
     lines = (ROOT / "walkthrough.md").read_text().splitlines(keepends=True)
     header = chapters_table().splitlines(keepends=True)[0]
     assert lines.count(header) == 1, "walkthrough.md needs one coursework table"
@@ -574,7 +624,7 @@ def test_the_coursework_table_is_course_chapters():
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     assert "".join(lines[start:end]) == chapters_table(), \
         "the coursework table differs from course.CHAPTERS: paste the output of python -c " \
-        "'from tinyspec.commands.course import chapters_table; print(chapters_table(), end=\"\")' into walkthrough.md"
+        "'from tinyspec.course.handouts import chapters_table; print(chapters_table(), end=\"\")' into walkthrough.md"
     appendix = " ".join((ROOT / "docs" / "appendix.md").read_text().split())
     assert f"0 of its {len(CHAPTERS['sampling'].tests)} graded tests" in appendix
 
@@ -715,7 +765,7 @@ def test_the_table_generator_agrees_with_the_check(tmp_path):
     """`python -m tinyspec figures tables` would leave every marked table as it is, and the
     arithmetic figures draw (to a scratch directory)."""
     pytest.importorskip("matplotlib")
-    from tinyspec.commands import figures
+    from tinyspec.bench import figures
     for doc in DOCS:
         assert figures.fill_tables(doc.read_text()) == doc.read_text(), f"{doc.name}: run python -m tinyspec figures tables"
     figures.main(["residual", "speedup", "--out", str(tmp_path)])
@@ -727,7 +777,7 @@ def test_figures_go_where_out_says_and_by_default_not_into_the_checkout(tmp_path
     docs/figures; a place no file can be made in (as root too) is refused before anything is drawn."""
     pytest.importorskip("matplotlib")
     from conftest import refused
-    from tinyspec.commands import figures
+    from tinyspec.bench import figures
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path))
     before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "docs" / "figures").iterdir()}
     figures.main([])
@@ -746,7 +796,7 @@ def test_figures_refuse_a_report_that_is_not_one(report, message, tmp_path, caps
     """`figures bench --report FILE` with FILE not a benchmark's JSON: one line, exit 2, nothing drawn."""
     pytest.importorskip("matplotlib")
     from conftest import refused
-    from tinyspec.commands import figures
+    from tinyspec.bench import figures
     (tmp_path / "list.json").write_text("[1, 2]")
     report = str(ROOT / report) if report == "README.md" else report.format(tmp=tmp_path)
     err = refused(figures.main, ["bench", "--report", report, "--out", str(tmp_path / "out")], capsys)
@@ -1011,7 +1061,7 @@ def test_chapter_8s_eagle_tree_is_the_shipped_weights_tree(capsys):
     """The worked tree of chapter 8 is what `figures eagle-tree` prints with the shipped weights:
     the same nodes, marks and step; values within 0.001 (the last digit may round either way on
     another CPU)."""
-    from tinyspec.commands.figures import eagle_tree
+    from tinyspec.bench.figures import eagle_tree
 
     text = (ROOT / "walkthrough.md").read_text()
     start = text.index("(`python -m tinyspec figures eagle-tree`):\n\n```\n") + len("(`python -m tinyspec figures eagle-tree`):\n\n```\n")

@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from tinyspec.commands import generate, specs
+from tinyspec.commands import generate
+from tinyspec.bench import specs
 from tinyspec.training.distill import eagle_accuracy, eagle_loss, self_distill, target_features, train_eagle
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder

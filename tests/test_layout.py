@@ -2,7 +2,8 @@
 
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
 the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 10, where the
-recorded step runs each method), speed, the commands, and the entry points of `ENTRIES` on top
+recorded step runs each method), speed, training, the commands (the shared interface, cli.py,
+and the engine's commands), measurement (bench/), the course, and the entry points of `ENTRIES` on top
 (`python -m tinyspec.generate`, `python -m tinyspec`). A file may use only files before it: in CORE
 or an earlier room, or earlier in its own room's order. A room's files not named in its order (a new
 method, say) come after the named ones and before the room's `__init__`, so a new method is one new
@@ -18,8 +19,9 @@ ROOMS = {
     "kernels": ["tree_attention", "fastpath", "step"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
-    "commands": ["cli", "data", "train", "peer", "plots", "kernel_bench",
-                 "specs", "benchmark", "batches", "report", "bench", "evaluate", "generate", "figures", "assignments", "course"],
+    "commands": ["cli", "data", "train", "generate"],
+    "bench": ["specs", "peer", "plots", "kernels", "benchmark", "batches", "report", "evaluate", "figures", "command"],
+    "course": ["assignments", "handouts"],
 }
 ENTRIES = ["generate", "__main__"]
 

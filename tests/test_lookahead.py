@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from tinyspec.commands import bench, generate
+from tinyspec.commands import generate
+from tinyspec.bench import command as bench
 from tinyspec.decoding import Fed, Proposal, Row, verify
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tinyspec import verify
-from tinyspec.commands import generate, specs
+from tinyspec.commands import generate
+from tinyspec.bench import specs
 from tinyspec.methods import Decoder
 from tinyspec.methods.lookup import NgramIndex, PromptLookup
 from tinyspec.sampling import Sampling

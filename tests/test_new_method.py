@@ -48,7 +48,8 @@ METHOD = Echo
 
 SCRIPT = '''
 import json, sys
-from tinyspec.commands import generate, bench
+from tinyspec.commands import generate
+from tinyspec.bench import command as bench
 base = ["--prompt", "aaaa aaaa aaaa", "--max-new-tokens", "16", "--json"]
 for extra in ([], ["--method", "echo"], ["--method", "echo", "--size", "1"], ["--method", "echo", "--size", "auto"],
               ["--method", "echo", "--temperature", "1", "--seed", "3"]):

@@ -277,7 +277,7 @@ def test_the_corpus_lives_in_tinyspecs_home_whatever_the_directory(tmp_path, mon
     temporary home), the default of every command that reads the corpus."""
     monkeypatch.setenv("TINYSPEC_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    from tinyspec.commands import evaluate
+    from tinyspec.bench import evaluate
     want = str(tmp_path / "home" / "data")
     assert data.build_parser().parse_args([]).data_dir == want
     assert evaluate.build_parser().parse_args([]).data_dir == want

@@ -8,7 +8,11 @@ Rooms that show the house, read in the order of walkthrough.md's chapters; impor
 - kernels/: the Triton tree-attention kernel and the fixed-shape forward (CUDA graphs);
 - methods/: one proposer per paper (draft, medusa, eagle, lookup, lookahead, ...);
 - speed/: timing, the size policy, the step ledger, sizing on the device, --size auto;
-- commands/: generate, bench, train, evaluate, figures, course (`python -m tinyspec COMMAND`).
+- training/: the corpus, the optimiser, checkpoints, the heads' losses, training runs;
+- commands/: the interface every command shares (cli.py) and the engine's commands: generate
+  (`python -m tinyspec.generate`), train, data;
+- bench/: measurement: the benchmark, the GPU report, kernel timings, evaluate, figures;
+- course/: assignments, handouts and grading (`python -m tinyspec course`).
 
 `files.home()` is tinyspec's own folder ($TINYSPEC_HOME, else ~/.cache/tinyspec): the sizing cache,
 the corpus, figures.

@@ -4,9 +4,21 @@ what exists: the methods from `methods.METHODS`, the training jobs from `train`'
 import importlib
 import sys
 
-# command -> its module under commands/ (each has main(argv) and --help with examples)
-COMMANDS = {"generate": "generate", "bench": "bench", "train": "train", "course": "course", "data": "data",
-            "evaluate": "evaluate", "figures": "figures"}
+# command -> its module (each has main(argv) and --help with examples): the engine's commands in commands/,
+# measurement's in bench/, the course's in course/
+COMMANDS = {"generate": "commands.generate", "bench": "bench.command", "train": "commands.train",
+            "course": "course.handouts", "data": "commands.data", "evaluate": "bench.evaluate", "figures": "bench.figures"}
+# verbs of `bench` that are commands of their own, with parsers of their own: verb -> module
+BENCH_VERBS = {"kernels": "bench.kernels", "report": "bench.report"}
+
+
+def parser_of(argv: list[str]) -> tuple[str, list[str]]:
+    """The module under tinyspec/ whose build_parser() reads `python -m tinyspec ARGV`, and the
+    arguments it reads (for the tests and tools that check a shown command without running it)."""
+    command, args = argv[0], list(argv[1:])
+    if command == "bench" and args[:1] and args[0] in BENCH_VERBS:
+        return BENCH_VERBS[args[0]], args[1:]
+    return COMMANDS[command], args
 
 
 def overview() -> str:
@@ -15,7 +27,7 @@ def overview() -> str:
     jobs = next(a.choices for a in train_parser()._actions if a.choices and a.dest == "what")
     return f"""tinyspec: a readable engine for speculative decoding (walkthrough.md is the book).
 
-  python -m tinyspec generate   generate text, plainly or speculatively, and see what happened
+  python -m tinyspec.generate   generate text, plainly or speculatively, and see what happened
       --prompt "def fibonacci(n):" --method {'|'.join(METHODS)}
       [--size SIZE|auto] [--show] [--temperature T] [--json] [--prompt-file FILE --batch-size B]
   python -m tinyspec bench      every method on the same held-out prompts: tau, tokens/s, speedup
@@ -46,7 +58,7 @@ def main(argv=None) -> None:
     if overview_asked:  # through run_main too: a closed pipe or a full stdout is one line, not a traceback
         run_main(lambda: print(overview(), end=""))
         return
-    module = importlib.import_module(f".commands.{COMMANDS[argv[0]]}", __package__)
+    module = importlib.import_module(f".{COMMANDS[argv[0]]}", __package__)
     run_main(lambda: module.main(argv[1:]))
 
 

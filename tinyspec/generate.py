@@ -1,5 +1,6 @@
-"""`python -m tinyspec.generate ...`: the same command as `python -m tinyspec generate ...`
-(`commands/generate.py`), under the name the project was first described with."""
+"""`python -m tinyspec.generate ...`, the command the README and the book lead with: generate text
+plainly or speculatively and see what happened. The command itself is `commands/generate.py` (also
+`python -m tinyspec generate ...`)."""
 
 from .commands.cli import run_main
 from .commands.generate import main

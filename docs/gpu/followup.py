@@ -85,7 +85,7 @@ def kernel_graph():
     if not cuda:
         return {"skipped": "cpu"}
     from triton.testing import do_bench, do_bench_cudagraph
-    from tinyspec.commands.kernel_bench import random_tree_mask
+    from tinyspec.bench.kernels import random_tree_mask
     from tinyspec.kernels.tree_attention import pack_tree_mask, tree_attention
     g = torch.Generator().manual_seed(0)
     rows = []

@@ -1,5 +1,5 @@
-"""The command line, `python -m tinyspec COMMAND` (`__main__.py` dispatches; `generate`, the first
-command, is `tinyspec/generate.py`): each file parses a command's flags, checks its input and
-output paths before the work, loads the models with one-line errors, calls the room that does the
-work (`training/` for train and data), and prints. `cli.py` holds what every command shares.
-Nothing outside this folder imports from it."""
+"""The engine's commands and what every command shares: `cli.py` (one-line errors, paths checked
+before the work, models loaded, the help's layout), `generate.py` (the brief's `python -m
+tinyspec.generate`, `tinyspec/generate.py`), `train.py` and `data.py`, which parse flags, check
+paths and call `training/`. Measurement's commands live in `bench/`, the course's in `course/`;
+`__main__.py` dispatches `python -m tinyspec COMMAND` to each."""

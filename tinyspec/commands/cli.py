@@ -342,8 +342,9 @@ def method_flags() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def add_method_flags(ap: argparse.ArgumentParser) -> None:
-    """--size, --accept, and every method's weights flag and settings, each flag once, and --draft-vocab."""
+def add_method_flags(ap: argparse.ArgumentParser, weights=None) -> None:
+    """--size, --accept, and every method's weights flag and settings, each flag once, and --draft-vocab
+    (into the argument group `weights`, if given: the help shows the flags a user needs first)."""
     sizes = "; ".join(f"{name}: {m.size_help()} (default: {m.default_size})" for name, m in METHODS.items() if m.sizes)
     ap.add_argument("--size", help=f"how much a step proposes, as the method spells it, or 'auto': sized for this "
                     f"device on first use (measured, then cached) and chosen step by step, plain steps where nothing "
@@ -358,7 +359,7 @@ def add_method_flags(ap: argparse.ArgumentParser) -> None:
                     "the leaves up (exact; on a chain it is block verification, and on trees whose shape depends "
                     "on the draws, as EAGLE-2's sampled ones, it may accept slightly less than lossless); typical: "
                     "Medusa's fast rule, which does NOT keep the target's distribution")
-    add_weights_flags(ap)
+    add_weights_flags(ap if weights is None else weights)
 
 
 def add_weights_flags(ap: argparse.ArgumentParser) -> None:

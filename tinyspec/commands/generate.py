@@ -1,13 +1,13 @@
-"""`python -m tinyspec generate`: generate text with the shipped model, and see what happened.
+"""`python -m tinyspec.generate`: generate text with the shipped model, and see what happened.
 
-    python -m tinyspec generate --prompt "def fibonacci(n):" --max-new-tokens 64
-    python -m tinyspec generate --prompt "def fibonacci(n):" --method draft --show
-    python -m tinyspec generate --prompt "def fibonacci(n):" --method medusa --size 16 --show
-    python -m tinyspec generate --prompt "def fibonacci(n):" --method eagle --size auto
-    python -m tinyspec generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
-    python -m tinyspec generate --prompt "def fibonacci(n):" --method lookup --size 4 --show
-    python -m tinyspec generate --prompt-file docs/example_prompts.txt --json
-    python -m tinyspec generate --prompt-file docs/example_prompts.txt --batch-size 8 --method medusa --size auto
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --max-new-tokens 64
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method draft --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method medusa --size 16 --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --size auto
+    python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --size 4 --show
+    python -m tinyspec.generate --prompt-file docs/example_prompts.txt --json
+    python -m tinyspec.generate --prompt-file docs/example_prompts.txt --batch-size 8 --method medusa --size auto
 
 Every method runs through the one loop of `decoding.py`, for any number of rows (--batch-size);
 each method is a proposer in a file of its own under `methods/`, with the acceptance rules in
@@ -107,7 +107,9 @@ class Printer:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tinyspec generate", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m tinyspec.generate", description=__doc__.split("\n\n")[0],
+                        usage="%(prog)s (--prompt TEXT | --prompt-file FILE) [--method METHOD] [--size SIZE] "
+                        "[--show] [--temperature T] [options]",
                         formatter_class=HelpFormatter, epilog=examples(*[
                             line.strip() for line in __doc__.split("\n\n")[1].splitlines()]))
     src = ap.add_mutually_exclusive_group(required=True)
@@ -117,37 +119,40 @@ def build_parser() -> argparse.ArgumentParser:
                     "<|endoftext|>, or when the context window is full)")
     ap.add_argument("--method", choices=list(METHODS), default="ar",
                     help="; ".join(f"{name}: {m.summary}" for name, m in METHODS.items()))
-    add_method_flags(ap)
-    ap.add_argument("--batch-size", type=int, default=1, help=BATCH_HELP)
-    ap.add_argument("--attn", choices=["torch", "triton"], default="torch",
-                    help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
-                    "CPU it runs in Triton's interpreter when TRITON_INTERPRET=1 is set: slow, for checking)")
     ap.add_argument("--show", action="store_true", help="colour tokens by origin: accepted proposals, corrections, "
                     "bonus tokens (see --color)")
-    ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
-                    help="when --show colours: auto = only on a terminal and without NO_COLOR set")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; else sample (0.001 or more) "
                     "(default: 0, greedy)")
-    ap.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
-    ap.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this much "
-                    "mass (default: all tokens, as 1.0 would)")
     ap.add_argument("--seed", type=seed, default=0, help=SEED_HELP)
-    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
-    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
-    ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
-    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU, see README: a second "
-                    "thread gains little on these small models and costs several times over on a busy machine)")
-    ap.add_argument("--cuda-graph", action="store_true", help="run the whole step (proposing, the target's forward, "
-                    "the rule, the cache) as one CUDA graph, recorded once and replayed (kernels/step.py): no Python "
-                    "or launch overhead inside a step; every method but lookahead, at a fixed size, batch 1")
     ap.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of streaming")
-    ap.add_argument("--remeasure", action="store_true", help="with --size auto: measure the sizes again "
-                    "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
-                    "~/.cache/tinyspec/sizing)")
-    ap.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
-                    "proposing, the acceptance rule, cache work and the rest (speed/ledger.py; stats ledger_s); "
-                    "slows CUDA")
+    add_method_flags(ap, weights := ap.add_argument_group("weights and each method's settings (default: the shipped "
+                                                          "weights in weights/)"))
+    weights.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights (.safetensors or HF GPT-2 dir)")
+    weights.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
+    sampling = ap.add_argument_group("sampling, beyond --temperature")
+    sampling.add_argument("--top-k", type=int, help="sample from the k most likely tokens only (default: all tokens)")
+    sampling.add_argument("--top-p", type=float, help="nucleus sampling: the fewest most likely tokens holding this "
+                          "much mass (default: all tokens, as 1.0 would)")
+    knobs = ap.add_argument_group("batches, device and measurement")
+    knobs.add_argument("--batch-size", type=int, default=1, help=BATCH_HELP)
+    knobs.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    knobs.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
+    knobs.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU, see README: a second "
+                       "thread gains little on these small models and costs several times over on a busy machine)")
+    knobs.add_argument("--cuda-graph", action="store_true", help="run the whole step (proposing, the target's "
+                       "forward, the rule, the cache) as one CUDA graph, recorded once and replayed (kernels/step.py): "
+                       "no Python or launch overhead inside a step; every method but lookahead, at a fixed size, batch 1")
+    knobs.add_argument("--attn", choices=["torch", "triton"], default="torch",
+                       help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
+                       "CPU it runs in Triton's interpreter when TRITON_INTERPRET=1 is set: slow, for checking)")
+    knobs.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                       help="when --show colours: auto = only on a terminal and without NO_COLOR set")
+    knobs.add_argument("--remeasure", action="store_true", help="with --size auto: measure the sizes again "
+                       "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
+                       "~/.cache/tinyspec/sizing)")
+    knobs.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
+                       "proposing, the acceptance rule, cache work and the rest (speed/ledger.py; stats ledger_s); "
+                       "slows CUDA")
     return ap
 
 

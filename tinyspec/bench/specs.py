@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..methods import METHODS, check_rule
 from ..verify import RULES
-from .cli import check_input, die
+from ..commands.cli import check_input, die
 
 
 def parse_method(spec: str) -> tuple[str, str, str | None]:

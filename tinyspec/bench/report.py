@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
+from ..commands.cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output, die, examples, pick_device
 from ..files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
@@ -111,7 +111,7 @@ def gpu_tests(clock: Clock) -> dict:
 def kernels(device: torch.device, quick: bool, clock: Clock, config: dict) -> dict:
     """Rows of kernel_bench.kernel_rows: the split sweep, the benchmark's shapes, long prefixes.
     Every row is checked against the PyTorch reference before it is timed."""
-    from .kernel_bench import kernel_rows
+    from .kernels import kernel_rows
 
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return {"skipped": "no CUDA device, and TRITON_INTERPRET=1 is not set for the interpreter"}

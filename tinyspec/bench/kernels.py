@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .cli import ArgumentParser, HelpFormatter, die, examples
+from ..commands.cli import ArgumentParser, HelpFormatter, die, examples
 from ..speed.timing import copy_bandwidth, median_seconds
 
 

@@ -17,8 +17,8 @@ import sys
 from ..files import atomic_write_json
 from .batches import measure_batches
 from .benchmark import build_parser, measure
-from .cli import check_output, die, run_main
-from .kernel_bench import main as kernel_main
+from ..commands.cli import check_output, die, run_main
+from .kernels import main as kernel_main
 from .report import main as report_main
 
 

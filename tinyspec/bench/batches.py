@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from ..sampling import Sampling
 from .benchmark import parse_batch_sizes, prepare, report_of
-from .cli import die
+from ..commands.cli import die
 from .specs import label
 
 

@@ -38,7 +38,7 @@ from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
 from ..speed.sizing import candidates, device_name, report_rows, size, sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
-from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
+from ..commands.cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
                   add_weights_flags, check_tokenizer, die, examples, load_encoding, load_method, load_model,
                   parse_size, pick_device, pick_dtype, seed, set_threads, use_attention, warn_lossy)
 from .peer import compare_with_huggingface
@@ -207,7 +207,8 @@ FULL = dict(methods="ar,draft,medusa,eagle,lookup,lookahead", temperatures="0,1"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="python -m tinyspec bench", description="every method on the same held-out prompts, "
+    ap = ArgumentParser(prog="python -m tinyspec bench", usage="%(prog)s [--methods SPECS] [--quick] [--save FILE] [options]",
+                        description="every method on the same held-out prompts, "
                         "same device, same run", formatter_class=HelpFormatter, epilog=examples(*EXAMPLES) + "\n\n"
                         "Two more commands: `bench report --out DIR` runs the GPU tests, the kernel table, every method on both paths "
                         "and Hugging Face, and writes DIR/report.json and report.md (on a CPU, a quick subset); `bench "
@@ -218,48 +219,51 @@ def build_parser() -> argparse.ArgumentParser:
                     "optionally @RULE to pick the acceptance rule (draft:4@block, medusa@pointmass; default: greedy at "
                     f"T=0, else lossless); ar is always run: speedups are against it (default: {FULL['methods']})")
     ap.add_argument("--temperatures", help=f"comma-separated sampling temperatures, 0 = greedy (default: {FULL['temperatures']})")
+    ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
+                    "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
     ap.add_argument("--categories", default=",".join(CATEGORIES), help="prompt categories to run")
     ap.add_argument("--prompts-per-category", type=int, help="the first N prompts of each category; more than a "
                     f"category has is refused (default: {FULL['prompts_per_category']}, or as many as a category has)")
     ap.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt (default: {FULL['max_new_tokens']})")
     ap.add_argument("--repeats", type=int, help="timed passes per setting, interleaved across methods prompt by prompt; the median is "
                     f"reported (default: {FULL['repeats']})")
-    ap.add_argument("--quick", action="store_true", help="a small run for a CPU, for any of the five settings above "
-                    "not given: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
-    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
-    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
-    add_weights_flags(ap)
-    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
-    ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
-    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
-    ap.add_argument("--cuda-graph", action="store_true", help="every method at a fixed size as one recorded step, "
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE, before the table prints; "
+                    "after a Ctrl-C it holds the rows that finished, marked \"interrupted\"")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
+    weights = ap.add_argument_group("weights and prompts (default: the shipped weights in weights/, the held-out prompts)")
+    weights.add_argument("--prompts", default=str(PROMPTS), help="JSONL with category and prompt fields")
+    weights.add_argument("--model", default=str(DEFAULT_MODEL), help="target weights")
+    add_weights_flags(weights)
+    weights.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="tiktoken ranks file")
+    knobs = ap.add_argument_group("device and measurement")
+    knobs.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    knobs.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
+    knobs.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
+    knobs.add_argument("--cuda-graph", action="store_true", help="every method at a fixed size as one recorded step, "
                     "replayed as a CUDA graph (kernels/step.py; CUDA only; speedups are then against ar on the graph "
                     "path); lookahead and :auto rows run eagerly")
-    ap.add_argument("--attn", choices=["torch", "triton"], default="torch", help="attention over a step's tokens: "
+    knobs.add_argument("--attn", choices=["torch", "triton"], default="torch", help="attention over a step's tokens: "
                     "torch (SDPA with a dense mask) or triton (the tree-attention kernel, inside recorded steps too)")
-    ap.add_argument("--seed", type=seed, default=0, help="0..2**63-1: prompt i samples with seed + i, the same for "
+    knobs.add_argument("--seed", type=seed, default=0, help="0..2**63-1: prompt i samples with seed + i, the same for "
                     "every method (a method at :auto may still sample other text from run to run: its sizes follow "
                     "the clock; see generate --help)")
-    ap.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
+    knobs.add_argument("--remeasure", action="store_true", help="measure every method's sizes again "
                     "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
                     "~/.cache/tinyspec/sizing)")
-    ap.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
+    knobs.add_argument("--profile", action="store_true", help="each row also splits its time into the target's forward, "
                     "proposing, the rule, cache work and the rest (speed/ledger.py; on CUDA it slows the pass)")
-    ap.add_argument("--plot", metavar="DIR", help="write PNG figures here (needs matplotlib: pip install -e '.[plot]')")
-    ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
+    others = ap.add_argument_group("Hugging Face and batches")
+    others.add_argument("--no-hf", action="store_true", help="skip the Hugging Face transformers comparison (run "
                     "when transformers is installed)")
-    ap.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
+    others.add_argument("--hf-modes", default="hf,hf-assisted", help="Hugging Face rows: hf (generate), hf-assisted (with "
                     "the draft), hf-static-compiled (static cache, compiled step; for a GPU)")
-    ap.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
+    others.add_argument("--batch-sizes", help="the speculation-versus-batching curve instead of the table by category: "
                     "each method decodes --batch-prompts prompts this many at a time (comma-separated, e.g. "
                     "1,2,4,8,16), reporting total tokens/s and the mean latency per sequence; medusa:auto then "
                     "speculates or not per step by the batch's size (speed/auto.py)")
-    ap.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
+    others.add_argument("--batch-prompts", type=int, default=16, help="with --batch-sizes: how many prompts, taken in "
                     "turn from each category")
-    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
-    ap.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE, before the table prints; "
-                    "after a Ctrl-C it holds the rows that finished, marked \"interrupted\"")
     return ap
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import (DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples,
+from ..commands.cli import (DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples,
                   load_model, pick_device, run_main, set_threads, shown)
 from ..files import atomic_path, atomic_write_json, home
 from ..kvcache import KVCache

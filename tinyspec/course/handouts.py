@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .assignments import CHAPTERS, Chapter, chapters_table  # noqa: F401 (for course.Chapter and the walkthrough)
-from .cli import ArgumentParser, HelpFormatter, check_output, die, examples, run_main
+from ..commands.cli import ArgumentParser, HelpFormatter, check_output, die, examples, run_main
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
 HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "tests", "weights"]

@@ -31,7 +31,7 @@ from ..sampling import Sampling
 from ..training import corpus as data
 from ..training.gpt import evaluate as validation_loss
 from .benchmark import build_parser as benchmark_parser, prepare
-from .cli import check_output, load_encoding, run_main
+from ..commands.cli import check_output, load_encoding, run_main
 from .specs import label
 
 METHODS = "ar,draft:4,medusa:16,eagle:2,6,16,lookup:8,lookahead:3,3,2"
