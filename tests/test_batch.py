@@ -278,14 +278,14 @@ def row_counts(d: Decoder, n_samples: int, n: int = 3):
 def assert_rows_have_the_target_distribution(tiny, d, n_samples=6000):
     counts, proposing = row_counts(d, n_samples)
     for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
-        stat, dof = chi_square(c, exact)
+        stat, dof = chi_square(c, exact, V)
         assert stat < critical_value(dof), f"prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
     return proposing
 
 
 def assert_caught(tiny, d, n_samples=3000):
     counts, _ = row_counts(d, n_samples)
-    stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
+    stats = [chi_square(c, exact, V) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{stats}: the planted bug went unnoticed"
 
 

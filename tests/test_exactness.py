@@ -104,7 +104,7 @@ def counts_of(d, sampling, n_samples):
 def test_every_exact_combination_has_the_target_distribution(tiny, method, rule):
     counts, proposed = counts_of(decoder(tiny, method, rule), Sampling(1.0), 1536)
     for prompt, c, exact in zip(PROMPTS, counts, tiny["exact"]):
-        stat, dof = chi_square(c, exact)
+        stat, dof = chi_square(c, exact, V)
         assert stat < critical_value(dof), f"{method}@{rule}, prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
     assert method == "lookahead" or proposed > 0  # proposals were judged (lookahead's pool fills later)
 
@@ -116,7 +116,7 @@ def test_the_greedy_rule_at_t1_let_through_is_caught(tiny, method, monkeypatch):
     exact at every temperature; the command line refuses the name at T > 0 all the same.)"""
     monkeypatch.setattr(methods, "rule_problem", lambda *a: None)  # the check every Decoder makes
     counts, _ = counts_of(decoder(tiny, method, "greedy"), Sampling(1.0), 768)
-    stats = [chi_square(c, exact) for c, exact in zip(counts, tiny["exact"])]
+    stats = [chi_square(c, exact, V) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}: {stats}"
 
 
@@ -165,7 +165,7 @@ def fresh(tiny):
 def test_a_reduced_draft_vocabulary_keeps_the_target_distribution(fresh, method, rule):
     counts, proposed = counts_of(decoder(fresh, method, rule, SUBSET), Sampling(1.0), 1536)
     for prompt, c, exact in zip(PROMPTS, counts, fresh["exact"]):
-        stat, dof = chi_square(c, exact)
+        stat, dof = chi_square(c, exact, V)
         assert stat < critical_value(dof), f"{method}@{rule}, prompt {prompt}: chi-square {stat:.1f} with {dof} dof"
         assert c.view(V, V)[:, [1, 4, 7]].sum() > 0  # tokens outside the draft's vocabulary still come (from the target)
     assert proposed > 0
@@ -196,5 +196,5 @@ def test_proposals_from_the_reduced_vocabulary_judged_with_the_full_q_are_caught
     monkeypatch.setattr(DraftModel, "propose", mutant(draft_module, "propose", "sample(qs[-1][b], r.generator)",
                                                       "sample(qs[-1][b] * KEEP, r.generator)", DraftModel))
     counts, _ = counts_of(decoder(fresh, "draft", "lossless"), Sampling(1.0), 1536)
-    stats = [chi_square(c, exact) for c, exact in zip(counts, fresh["exact"])]
+    stats = [chi_square(c, exact, V) for c, exact in zip(counts, fresh["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"the planted bug went unnoticed: {stats}"

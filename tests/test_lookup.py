@@ -148,10 +148,10 @@ def check_distribution(counts_of, exact, monkeypatch):
     """6,000 samples must fit the exact distribution; with a planted bug in the point-mass walk
     (verify.py), a rejected candidate left in p so that the correction can be the very token
     just rejected, 3,000 must miss it by far."""
-    stat, dof = chi_square(counts_of(6000), exact)
+    stat, dof = chi_square(counts_of(6000), exact, V)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof"
     monkeypatch.setattr(verify, "residual", lambda p, q: p / p.sum(-1, keepdim=True))
-    stat, dof = chi_square(counts_of(3000), exact)
+    stat, dof = chi_square(counts_of(3000), exact, V)
     assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: the planted bug went unnoticed"
 
 

@@ -108,7 +108,7 @@ def three_token_counts(tiny, rule, n, size="2,3,6", tree=None):
                                               ("lossless", None, Tree((-1, -1, 0, 0, 1), (0, 1, 0, 1, 0)))],
                          ids=["lossless-tree", "pointmass-chain", "pointmass-tree", "traversal-tree", "lossless-static"])
 def test_sampled_parallel_has_the_target_distribution(tiny_vocab, rule, size, tree):
-    stat, dof = chi_square(three_token_counts(tiny_vocab, rule, 4000, size or "2,3,6", tree), tiny_vocab[1])
+    stat, dof = chi_square(three_token_counts(tiny_vocab, rule, 4000, size or "2,3,6", tree), tiny_vocab[1], V)
     assert stat < critical_value(dof), f"{rule}: chi-square {stat:.1f} with {dof} dof"
 
 
@@ -125,7 +125,7 @@ def test_a_tree_of_top_k_judged_as_samples_is_caught(tiny_vocab, monkeypatch):
                                 for p in parents.tolist()]
         return parents, tokens, torch.stack([sampling.probs(r) for r in rows])
     monkeypatch.setattr(parallel_module, "grow_sampled_tree", top_k_as_samples)
-    stat, dof = chi_square(three_token_counts(tiny_vocab, "lossless", 2000), tiny_vocab[1])
+    stat, dof = chi_square(three_token_counts(tiny_vocab, "lossless", 2000), tiny_vocab[1], V)
     assert stat > 3 * critical_value(dof), f"chi-square {stat:.1f} with {dof} dof looked exact"
 
 

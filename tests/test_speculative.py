@@ -1,6 +1,7 @@
 """Draft-model speculative decoding against plain decoding (greedy: token for token; sampled:
 the same distribution, checked statistically on a model small enough to enumerate)."""
 import json
+import math
 import random
 from collections import Counter
 
@@ -121,17 +122,45 @@ def exact_distribution(target, sampling, n=3):
     return table
 
 
-def chi_square(counts, expected_probs):
+class Statistic(float):
+    """A chi-square statistic that, printed (`f"{stat:.1f}"`), also says what made it infinite: the
+    outcome seen that the target can never produce."""
+
+    def __new__(cls, value: float, note: str = ""):
+        stat = super().__new__(cls, value)
+        stat.note = note
+        return stat
+
+    def __format__(self, spec: str) -> str:
+        return super().__format__(spec) + (f" ({self.note})" if self.note else "")
+
+
+def chi_square(counts, expected_probs, vocab: int | None = None):
+    """(statistic, degrees of freedom) of `counts` against `expected_probs`, the rare cells pooled.
+    An outcome of probability 0 that occurred makes it infinite, and names it: its index, and
+    with `vocab`, its tokens (the index's digits in base vocab, the first the most significant)."""
     n = counts.sum()
     keep = expected_probs * n >= 5  # pool the rare cells so the chi-square approximation holds
     observed = torch.cat([counts[keep], counts[~keep].sum().view(1)])
     expected = torch.cat([expected_probs[keep] * n, (expected_probs[~keep] * n).sum().view(1)])
     if expected[-1] == 0:  # nothing to pool: only impossible outcomes, which must not occur
         if observed[-1] > 0:
-            return float("inf"), len(expected) - 2
+            seen = [i for i in range(len(counts)) if counts[i] > 0 and expected_probs[i] == 0]
+            return Statistic(float("inf"), "; ".join(impossible(i, int(counts[i]), len(counts), vocab)
+                                                      for i in seen[:3])), len(expected) - 2
         observed, expected = observed[:-1], expected[:-1]
     stat = ((observed - expected) ** 2 / expected).sum().item()
-    return stat, len(expected) - 1  # degrees of freedom
+    return Statistic(stat), len(expected) - 1  # degrees of freedom
+
+
+def impossible(index: int, times: int, outcomes: int, vocab: int | None) -> str:
+    """What an impossible outcome was: "tokens (4, 5), which the target writes with probability 0,
+    came 3 times"."""
+    what = f"outcome {index} of {outcomes}"
+    if vocab:
+        n = round(math.log(outcomes, vocab))
+        what = "tokens (" + ", ".join(str(index // vocab ** (n - 1 - i) % vocab) for i in range(n)) + ")"
+    return f"{what}, which the target writes with probability 0, came {times} time{'s' * (times > 1)}"
 
 
 def critical_value(dof, z=4.26):
@@ -159,7 +188,7 @@ def tiny_vocab_models():
 def assert_target_distribution(target, draft, sampling, k, rule=None):
     exact = exact_distribution(target, sampling)
     counts = speculative_samples(target, draft, sampling, k, 6000, rule)
-    stat, dof = chi_square(counts, exact)
+    stat, dof = chi_square(counts, exact, V)
     assert stat < critical_value(dof), f"chi-square {stat:.1f} with {dof} dof: output is not the target's distribution"
     # the draft really is far from the target where it first drafts (after the prefill's token): the test has teeth
     p1 = exact.view(V, V * V).sum(1)
@@ -192,7 +221,7 @@ def test_acceptance_rule_reproduces_p_for_fixed_distributions():
     for draft in torch.multinomial(q[0], n, replacement=True, generator=g).view(n, 1):  # the n proposals, drawn at once
         accepted, token = accept_or_resample(p, q, draft, g)
         counts[int(draft) if accepted else int(token)] += 1
-    stat, dof = chi_square(counts, p[0])
+    stat, dof = chi_square(counts, p[0], V)
     assert stat < critical_value(dof), (counts / n, p[0])
 
 

@@ -61,8 +61,11 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)): what p has that q over-proposed (Leviathan et al. 2022, Algorithm 1).
 
     After a proposal drawn from q is rejected, the target's token comes from here, and the two
-    together are distributed exactly as p. The mass is 0 only when p <= q everywhere, i.e.
-    p == q, where rejection has probability 0 and only rounding gets here: then p itself."""
+    together are distributed exactly as p. The mass is 0 where p <= q everywhere: for two
+    distributions only where p == q, where a rejection has probability 0 and only rounding gets
+    here. Block and traversal verification pass a scaled first argument (a weight times p), which
+    can lie under q everywhere; they never draw from such a residual (its weight in their rule is
+    then 0). Either way the token then comes from p itself, normalised."""
     r = (p - q).clamp(min=0)
     mass = r.sum(-1, keepdim=True)  # chosen on the device, not by reading the mass back (kernels/step.py)
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p / p.sum(-1, keepdim=True))

@@ -26,8 +26,9 @@ and they sit in one table, `RULES`, by name:
   when the siblings were drawn independently from q (a *sampled* tree).
 - `pointmass`: the same walk for a *deterministic* tree (children chosen top-k, not sampled):
   a fixed candidate x is a draft whose q is a point mass at x, so x is accepted with
-  probability p(x) and a rejection removes x from p and renormalises. Exact for any tree whose
-  siblings are distinct tokens, so the top-k trees of Medusa and EAGLE are lossless at T > 0.
+  probability p(x) and a rejection removes x from p and renormalises. Exact for any tree of fixed
+  candidates, repeated siblings included (a repeat of a rejected token has p'(x) = 0 and is
+  rejected in turn), so the top-k trees of Medusa and EAGLE are lossless at T > 0.
 - `block`: block verification of a chain (Sun, Mendlovic, Leviathan et al., ICLR 2025,
   Algorithm 2): judges the whole block jointly; never fewer expected tokens per step than the
   token-by-token rule, same output distribution.
