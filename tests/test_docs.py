@@ -306,7 +306,7 @@ def long_commands():
     (the same options once parsed: `train eagle` and `train eagle --steps 800`) run once."""
     first = {}
     for _, argv in COMMANDS:
-        if not quick(argv):
+        if not quick(argv) and len(argv) > 4:  # `python -m tinyspec train` alone, in prose, names the command
             args = shrunk(argv)
             run = tuple(argv)
             if args is not None:

@@ -21,7 +21,7 @@
   value, the kept ones marked, and what the target accepted (printed);
 - `eagle-costs`: the pieces of an EAGLE step in plain decoding steps, each the minimum of 60 runs
   (printed);
-- `tables`: every table of README.md and walkthrough.md marked `<!-- bench: FILE columns=... -->`
+- `tables`: every table of README.md, walkthrough.md and docs/*.md marked `<!-- bench: FILE columns=... -->`
   refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has; with
   `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs);
   `tests/test_docs.py` checks each cell against FILE independently;
@@ -450,7 +450,7 @@ def main(argv=None) -> None:
     if "eagle-tree" in args.figures:
         eagle_tree(args.model, args.eagle, args.tokenizer)
     if "tables" in args.figures:
-        for doc in (ROOT / "README.md", ROOT / "walkthrough.md"):
+        for doc in (ROOT / "README.md", ROOT / "walkthrough.md", *sorted((ROOT / "docs").glob("*.md"))):
             text = doc.read_text()
             if fill_tables(text) != text:
                 doc.write_text(fill_tables(text))
