@@ -1,4 +1,5 @@
-"""The book, its appendix (docs/appendix.md) and the README are held to the code and to the saved benchmark.
+"""The book, its appendix (docs/appendix.md), the README and the results (docs/results.md) are held to the code
+and to the saved benchmark.
 
 1. Every `python -m tinyspec COMMAND ...` shown in these documents (`DOCS`) is valid as shown:
    the command exists, its arguments parse, and the quick ones run on the shipped weights.
@@ -23,7 +24,7 @@ import torch
 from tinyspec.commands.cli import WEIGHTS
 
 ROOT = WEIGHTS.parent
-DOCS = [ROOT / "README.md", ROOT / "walkthrough.md", ROOT / "docs" / "appendix.md"]
+DOCS = [ROOT / "README.md", ROOT / "walkthrough.md", ROOT / "docs" / "appendix.md", ROOT / "docs" / "results.md"]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`]+)`")
 
@@ -594,7 +595,7 @@ def references(text: str, base=ROOT):
         for name in (n.strip().split(" as ")[0] for n in imported.split(",")):
             yield "import", f"{module}.{name}", None if hasattr(mod, name) else "not in the module"
     for alt, target in re.findall(r"!\[([^\]]*)\]\(([^)]+)\)", text):
-        yield "figure", target, None if (ROOT / target).is_file() else "no such file"
+        yield "figure", target, None if (base / target).is_file() else "no such file"
     anchors = heading_anchors(text)
     for anchor in re.findall(r"\]\(#([^)]+)\)", text):
         yield "link", anchor, None if anchor in anchors else "no heading has this anchor"
@@ -825,14 +826,14 @@ def test_no_control_characters(doc):
 
 
 def test_the_corpus_figures_are_the_saved_data_cards():
-    """The README's corpus sizes come from docs/corpus.json (`python -m tinyspec data`'s meta.json)."""
+    """The corpus sizes docs/results.md gives come from docs/corpus.json (`python -m tinyspec data`'s meta.json)."""
     meta = json.loads((ROOT / "docs" / "corpus.json").read_text())
     sources = meta["sources"]
     packages = importlib.import_module("tinyspec.training.corpus").PACKAGES
     assert len(sources) == 21 and set(sources) - {"stdlib"} == set(packages)
     total, stdlib = sum(r["train_tokens"] for r in sources.values()) / 1e6, sources["stdlib"]["train_tokens"] / 1e6
     assert f"({total:.1f}M training tokens, {stdlib:.1f}M of them the standard library's)" in \
-        " ".join((ROOT / "README.md").read_text().split())
+        " ".join((ROOT / "docs" / "results.md").read_text().split())
 
 
 QUALITY = re.compile(r"^<!-- quality: before=(\S+) after=(\S+) -->\n((?:\|.*\n)+)", re.M)
@@ -891,6 +892,19 @@ def test_ci_runs_the_readmes_install_and_test_commands():
     assert installs == ["python -m pip install --quiet --upgrade pip"], installs  # none of its own beside the README's
 
 
+def test_the_readme_is_read_in_ten_minutes():
+    """The README says what tinyspec is on its first screen, gives the install and the test command
+    within its first 60 lines, and stays within 2,500 words: the long tables live in docs/results.md."""
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
+    assert "speculative decoding" in " ".join(lines[:25]).lower(), "the first screen must say what tinyspec is"
+    start = lines.index("<!-- ci: install -->")
+    end = lines.index("```", start + 2)  # the install block's closing fence
+    assert end < 60 and "python -m pytest" in lines[start:end], "install and test commands within the first 60 lines"
+    words = len(text.split())
+    assert words <= 2_500, f"README.md has {words} words: move the long parts to docs/results.md"
+
+
 def test_triton_is_an_extra_of_its_own():
     """The test extra does not pull Triton (about 1 GB) onto a CPU; the kernel's tests skip without it."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -923,12 +937,12 @@ def test_the_book_keeps_its_word_budget():
 SOURCE = re.compile(r"(?:docs|weights)/[\w/.-]+\.(?:json|md)")
 FIGURE = re.compile(r"(?<![\w.:/=,-])(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+%|[1-9]\d{2,3}(?![\w.,%]))")
 YEARS = range(1900, 2100)  # a four-digit integer in this range is a year, not a figure
-NOT_SOURCES = {"docs/appendix.md", "docs/example_prompts.txt"}  # prose of its own, not results
+NOT_SOURCES = {"docs/appendix.md", "docs/results.md", "docs/example_prompts.txt"}  # prose of its own, not saved results
 NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
-    ("README.md", "33.8", "M tokens of 6,707"): "the size of a datastore the text builds, as its command prints it",
-    ("README.md", "6,707", "modules, 193 MB"): "the size of a datastore the text builds, as its command prints it",
-    ("README.md", "8,192", "-token LM head"): "the vocabulary's size",
-    ("README.md", "14.0", "M parameters"): "the preset's parameter count, from its config",
+    ("results.md", "33.8", "M tokens of 6,707"): "the size of a datastore the text builds, as its command prints it",
+    ("results.md", "6,707", "modules, 193 MB"): "the size of a datastore the text builds, as its command prints it",
+    ("results.md", "8,192", "-token LM head"): "the vocabulary's size",
+    ("results.md", "14.0", "M parameters"): "the preset's parameter count, from its config",
     ("walkthrough.md", "3.11", ".7, whose"): "a Python version",
     ("walkthrough.md", "8,191", "ranks,"): "the tokenizer's size",
     ("walkthrough.md", "8,192", ". `encode_ordinary`"): "the vocabulary's size",
@@ -955,8 +969,8 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "0.87", "at $B = 1$"): "the cost model's formula worked on the table's figures",
     ("walkthrough.md", "0.40", "at $B = 16$"): "the cost model's formula worked on the table's figures",
     ("walkthrough.md", "10%", "or more between run"): "how far single figures move between runs, a caution",
-    ("README.md", "3.5", "x from B = 1 to 16"): "the ratio of the two figures that follow it",
-    ("README.md", "384", "wide, 14.0M"): "the preset's width",
+    ("results.md", "3.5", "x from B = 1 to 16"): "the ratio of the two figures that follow it",
+    ("results.md", "384", "wide, 14.0M"): "the preset's width",
     ("walkthrough.md", "990", "TFLOP/s of dense"): "a data sheet's figure",
     ("walkthrough.md", "300", "FLOP/byte"): "a data sheet's ratio (990 TFLOP/s over 3.35 TB/s)",
     ("walkthrough.md", "128", "cached tokens"): "the example's context length",
@@ -1013,7 +1027,7 @@ def prose_figures(doc: Path):
         line += para.count("\n")
 
 
-@pytest.mark.parametrize("doc", DOCS[:2], ids=lambda d: d.name)
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "appendix.md"], ids=lambda d: d.name)
 def test_prose_figures_come_from_the_files_they_cite(doc):
     bad = []
     for line, figure, after, sources in prose_figures(doc):
