@@ -11,6 +11,7 @@
 """
 import ast
 import importlib
+import itertools
 import json
 import re
 import shlex
@@ -645,6 +646,42 @@ def test_the_books_twenty_line_loop_is_greedy_decoding():
         assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
 
 
+def test_chapter_5s_best_k_table_is_best_k_and_names_its_ties():
+    """Chapter 5's table of tau and the best k is `expected_tokens`, `expected_speedup` and `best_k`
+    (k_max = 8), rounded as printed; where two k give the same speedup exactly, the cell names both
+    ("1 or 2, 1.25"), as `best_k`'s pick alone would hide the tie."""
+    from tinyspec.methods.draft import best_k, expected_speedup, expected_tokens
+    text = (ROOT / "walkthrough.md").read_text()
+    table = text[text.index("<!-- computed: draft.expected_tokens, expected_speedup and best_k with k_max = 8 -->"):]
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), table.splitlines()[1:]))[2:]
+    header = table.splitlines()[1]
+    costs = [float(c) for c in re.findall(r"c\$ = ([\d.]+)", header)]
+    assert len(lines) == 4 and len(costs) == 4
+    for line in lines:
+        alpha, taus, *cells = [c.strip() for c in line.strip("|").split("|")]
+        alpha = float(alpha)
+        assert [f"{expected_tokens(alpha, k):.2f}" for k in (2, 4, 6)] == taus.split(", "), line
+        for c, cell in zip(costs, cells):
+            speedups = [expected_speedup(alpha, c, k) for k in range(9)]
+            best = speedups[best_k(alpha, c, 8)]
+            ties = [str(k) for k in range(9) if abs(speedups[k] - best) < 1e-9]
+            ks, shown = cell.split(", ")
+            assert ks.split(" or ") == ties and shown == f"{best:.2f}", (alpha, c, cell, ties)
+
+
+def test_the_appendix_names_every_rule_the_chain_rules_test_runs():
+    """The appendix lists the rules `test_chain_rules_reproduce_the_target_two_token_distribution`
+    runs: its parametrize list, no more and no fewer."""
+    source = (ROOT / "tests" / "test_verify.py").read_text()
+    rules = ast.literal_eval(re.search(r'@pytest.mark.parametrize\("rule", (\[.*?\])\)\ndef '
+                                       r'test_chain_rules_reproduce', source).group(1))
+    appendix = " ".join((ROOT / "docs" / "appendix.md").read_text().split())
+    said = appendix[appendix.index("`test_chain_rules_reproduce_the_target_two_token_distribution` runs"):][:200]
+    said = said[:said.index(" times")]
+    assert set(re.findall(r"`(\w+)`", said)) - {"test_chain_rules_reproduce_the_target_two_token_distribution"} \
+        == set(rules), said
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
 def test_every_name_the_docs_give_the_code_exists(doc):
     bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc), doc.parent) if problem})
@@ -747,6 +784,30 @@ def test_benchmark_tables_agree_with_the_saved_report(doc):
     tables = list(bench_tables(text))
     bad = [p for path, options, rows in tables for p in table_problems(path, options, rows)]
     assert not bad, f"{doc.name}: tables that disagree with the saved benchmark:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_a_rule_asked_for_at_temperature_0_shows_the_greedy_rows(doc):
+    """At T = 0 every rule is greedy whatever `@RULE` asks (`methods/base.py: default_rule`), so a
+    table row `METHOD@RULE` at T = 0 shows the tau of `METHOD` itself: a saved row that differs was
+    recorded before that rule and is stale."""
+    bad = []
+    for path, options, rows in bench_tables(doc.read_text()):
+        if "key" in options:
+            continue
+        saved = json.loads((ROOT / path).read_text())[options.get("source", "rows")]
+        columns = options["columns"].split(",")
+        for cells in rows:
+            shown = {**{k: options[k] for k in ("method", "T") if k in options},
+                     **{c: cell.strip("`") for c, cell in zip(columns, cells) if c in ("method", "T")}}
+            method = options.get("prefix", "") + shown.get("method", "")
+            if "@" not in method or float(shown.get("T", 1)) != 0:
+                continue
+            tau = lambda m: sorted((str(r.get("category")), r.get("tau")) for r in saved
+                                   if r["method"] == m and r["temperature"] == 0)
+            if tau(method) != tau(method.partition("@")[0]):
+                bad.append(f"{path}: {method} at T = 0: tau {tau(method)}, greedy {tau(method.partition('@')[0])}")
+    assert not bad, f"{doc.name}: rows of a rule at T = 0 that are not the greedy rows:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
@@ -962,6 +1023,8 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "128", "cached tokens"): "the example's context length",
     ("walkthrough.md", "100", ": buckets"): "the hash's modulus",
     ("walkthrough.md", "1234", ")."): "a seed in a shown command",
+    ("walkthrough.md", "145", "proposed nothing"): "docs/results.json's 153 `rest` steps less the 8 prompts' prefills",
+    ("walkthrough.md", "224", ". At temperature"): "docs/results.json's 232 `lookup` steps less the 8 prompts' prefills",
 }
 
 

@@ -18,6 +18,7 @@ class Chapter:
     hours: int = 0  # what a student needs, the written deliverable included
     deliverable: str = ""  # a measurement made with a tinyspec command, and what to explain by it
     extra: str = ""  # the optional package its tests import, installed as the extra of its name (".[triton]")
+    notes: str = ""  # what the tests hold a solution to beyond the docstrings: types, errors, edge cases
 
 
 CHAPTERS = {
@@ -118,6 +119,14 @@ CHAPTERS = {
          "tests/test_verify.py::test_pointmass_rule_makes_the_top_k_tree_lossless",
          "tests/test_verify.py::test_traversal_verification_of_a_sampled_tree_has_the_target_distribution"),
         needs=("model", "kvcache", "sampling", "tree", "speculative", "medusa"), hours=12,
+        notes="Every rule returns (path, next_token): path a 1-D long tensor of node indices from the root, "
+              "path[0] == 0, and next_token a 0-d tensor (what `sample` gives for one row). `block` judges a chain "
+              "only: given a branching tree it raises ValueError, its message naming a chain (the tests match "
+              "\"chain\"). In `traversal` a rejected child can leave its parent nothing, S = 0: keep the parent's "
+              "P_b as it was, and its weight becomes S / (S + 1 - p_b) = 0 (keep 1 if p_b was 1 too, 0 / 0, a "
+              "rejection of probability 0 that only rounding reaches). Do not divide R by S there: 0 / 0 is NaN, "
+              "and Python's min(1.0, nan) is 1.0, so every child below would pass. `sampling.residual(w * P_b, q)` "
+              "returns P_b itself when the mass is 0.",
         deliverable="tau of each lossless rule at T = 1 on the same prompts: "
                     "`python -m tinyspec bench --methods ar,draft:4,draft:4@block,draft:4@traversal,medusa@pointmass,"
                     "eagle@lossless,eagle@traversal --temperatures 1 --json`. Tabulate tau and tokens/s per rule and "
