@@ -960,6 +960,23 @@ def test_triton_is_an_extra_of_its_own():
 
 
 
+OBJECTIVES = re.compile(r"^## (\d+) [^\n]*\n\n\*\*After this chapter you can:\*\*\n\n((?:- [^\n]*\n)+)\n", re.M)
+
+
+def test_every_chapter_opens_with_three_to_five_objectives():
+    """Every chapter of the walkthrough opens, below its title, with what a reader can do after it:
+    "**After this chapter you can:**" and three to five checkable items, one list, each beginning
+    with a verb in lower case and ending with ";", the last with "." (the book's form for lists)."""
+    text = (ROOT / "walkthrough.md").read_text()
+    chapters = re.findall(r"^## (\d+) ", text, re.M)
+    found = {n: items.splitlines() for n, items in OBJECTIVES.findall(text)}
+    assert list(found) == chapters, f"chapters without objectives below their title: {sorted(set(chapters) - set(found))}"
+    for n, items in found.items():
+        assert 3 <= len(items) <= 5, f"chapter {n}: {len(items)} objectives"
+        assert all(re.match(r"- [a-z]", item) for item in items), f"chapter {n}: an objective begins with a verb"
+        assert all(item.endswith(";") for item in items[:-1]) and items[-1].endswith("."), f"chapter {n}"
+
+
 def test_the_book_keeps_its_word_budget():
     """Chapters 0-13 of the walkthrough stay within 24,000 words, and each method added since
     (a file of methods/ after the seed methods: draft, medusa, eagle, lookup, lookahead) at most
