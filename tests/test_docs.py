@@ -179,8 +179,8 @@ NOT_RUN = {
                          "process, bench --quick among them: minutes, and no flag shrinks it",
 }
 AS_RECORDED = {  # a saved report's command as it was run, shown with the doc's own note on what changed since
-    "eagle:16@traversal": "walkthrough chapter 12: docs/bench.json's command, `eagle:16` since spelled 2,6,16 (the doc says so)",
-    "lookahead:3,3,2,auto": "walkthrough chapter 12: docs/batch.json's command, `auto` since spelled medusa:auto and "
+    "eagle:16@traversal": "walkthrough chapter 13: docs/bench.json's command, `eagle:16` since spelled 2,6,16 (the doc says so)",
+    "lookahead:3,3,2,auto": "walkthrough chapter 13: docs/batch.json's command, `auto` since spelled medusa:auto and "
                             "`eagle:16` 2,6,16 (the doc says so)",
 }
 TOO_SLOW = {  # shown command (after `python -m tinyspec`) -> why it is only parsed: over ~20 s on one thread, shrunk
@@ -978,7 +978,7 @@ def test_every_chapter_opens_with_three_to_five_objectives():
 
 
 def test_the_book_keeps_its_word_budget():
-    """Chapters 0-13 of the walkthrough stay within 24,000 words, and each method added since
+    """Chapters 0-14 of the walkthrough stay within 24,000 words, and each method added since
     (a file of methods/ after the seed methods: draft, medusa, eagle, lookup, lookahead) at most
     1,500 more: a book a student reads through, not a reference that grows with every feature."""
     from tinyspec.methods import METHODS
@@ -986,7 +986,7 @@ def test_the_book_keeps_its_word_budget():
     text = (ROOT / "walkthrough.md").read_text()
     chapters = text[text.index("\n## 0 "):]
     words = len(chapters.split())
-    assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-13 for {len(added)} added methods"
+    assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-14 for {len(added)} added methods"
 
 
 # Prose figures
@@ -1120,7 +1120,7 @@ def test_a_stale_prose_figure_is_caught(tmp_path, monkeypatch):
 
 
 def test_the_books_parameter_counts_are_the_models():
-    """Chapter 2's preset sizes, chapter 7's shared and private head sizes and chapter 8's EAGLE
+    """Chapter 2's preset sizes, chapter 8's shared and private head sizes and chapter 9's EAGLE
     head, counted from the modules themselves: figures the prose quotes without a file."""
     from tinyspec.methods.eagle import EagleHead
     from tinyspec.methods.medusa import MedusaHeads
@@ -1138,7 +1138,7 @@ def test_the_books_parameter_counts_are_the_models():
 
 @pytest.mark.slow
 def test_chapter_8s_eagle_tree_is_the_shipped_weights_tree(capsys):
-    """The worked tree of chapter 8 is what `figures eagle-tree` prints with the shipped weights:
+    """The worked tree of chapter 9 is what `figures eagle-tree` prints with the shipped weights:
     the same nodes, marks and step; values within 0.001 (the last digit may round either way on
     another CPU)."""
     from tinyspec.bench.figures import eagle_tree
