@@ -66,9 +66,11 @@ def test_every_chapter_is_a_handout_with_hours_and_a_deliverable_made_by_existin
 
 
 def test_grading_names_each_chapters_functions_tests_deliverable_and_hours():
-    """GRADING.md, section by section: what to build (every function with its signature), how it is
-    graded (every test, the chi-square ones said to be statistical), the deliverable and the hours."""
+    """GRADING.md, section by section: what to build (every function with its signature, and the
+    chapter's notes), how it is graded (every test, the statistical ones said so, with how often a
+    correct solution fails them), the deliverable, how a deliverable is graded, and the hours."""
     text = course.grading_md(list(course.CHAPTERS))
+    assert "The written deliverable is graded by hand" in text and "noise" in text
     sections = re.split(r"^## ", text, flags=re.M)[1:]
     assert [s.split()[0] for s in sections] == list(course.CHAPTERS)
     for section, (chapter, ch) in zip(sections, course.CHAPTERS.items()):
@@ -78,10 +80,33 @@ def test_grading_names_each_chapters_functions_tests_deliverable_and_hours():
         for f in ch.functions:
             file, qualname = f.split(":")
             assert f"`tinyspec/{file}`: `def {qualname}(" in section, f
+        assert ch.notes in section, chapter
         for t in ch.tests:
             line = next(line for line in section.splitlines() if f"`{t}`" in line)
-            assert ("chi-square" in line) == course.statistical(course.ROOT, t), t
+            kind = course.statistical(course.ROOT, t)
+            assert ("statistical" in line) == (kind is not None) and ("chi-square" in line) == (kind == "chi-square"), t
+            assert kind is None or "100,000 runs" in line, t  # fails a correct solution at most ~1e-5 of the time
     assert "chi-square" in text.split("## rules")[1].split("\n## ")[0]  # the exact-distribution tests are
+
+
+def test_every_graded_test_of_random_draws_says_how_often_it_fails_a_correct_solution():
+    """The graded tests that hold a mean or a frequency of random draws, not a chi-square, are flagged
+    too: a correct solution drawing its numbers in another order sees other draws, and fails them at
+    most about once in 100,000 runs (their bounds are 4.5 standard deviations or more wide)."""
+    kinds = {t: course.statistical(course.ROOT, t) for ch in course.CHAPTERS.values() for t in ch.tests}
+    assert {t for t, kind in kinds.items() if kind == "mean"} == {
+        "tests/test_verify.py::test_block_verification_accepts_more_on_the_papers_example",
+        "tests/test_verify.py::test_traversal_is_block_verification_on_a_chain",
+        "tests/test_sampling.py::test_seeded_sampling_is_reproducible_and_follows_p",
+        "tests/test_sampling.py::test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token"}
+
+
+def test_the_rules_handout_says_what_the_tests_hold_beyond_the_docstrings():
+    """The types a rule returns, block's refusal of a tree, and traversal where a rejected child
+    leaves its parent nothing (S = 0), where dividing by S gives a NaN that min(1.0, nan) hides."""
+    notes = course.CHAPTERS["rules"].notes
+    for said in ("1-D long tensor", "0-d tensor", "ValueError", '"chain"', "S = 0", "min(1.0, nan) is 1.0"):
+        assert said in notes, said
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ and to the saved benchmark.
 """
 import ast
 import importlib
+import itertools
 import json
 import re
 import shlex
@@ -179,8 +180,8 @@ NOT_RUN = {
                          "process, bench --quick among them: minutes, and no flag shrinks it",
 }
 AS_RECORDED = {  # a saved report's command as it was run, shown with the doc's own note on what changed since
-    "eagle:16@traversal": "walkthrough chapter 12: docs/bench.json's command, `eagle:16` since spelled 2,6,16 (the doc says so)",
-    "lookahead:3,3,2,auto": "walkthrough chapter 12: docs/batch.json's command, `auto` since spelled medusa:auto and "
+    "eagle:16@traversal": "walkthrough chapter 13: docs/bench.json's command, `eagle:16` since spelled 2,6,16 (the doc says so)",
+    "lookahead:3,3,2,auto": "walkthrough chapter 13: docs/batch.json's command, `auto` since spelled medusa:auto and "
                             "`eagle:16` 2,6,16 (the doc says so)",
 }
 TOO_SLOW = {  # shown command (after `python -m tinyspec`) -> why it is only parsed: over ~20 s on one thread, shrunk
@@ -646,6 +647,42 @@ def test_the_books_twenty_line_loop_is_greedy_decoding():
         assert namespace["greedy_speculative"](target, target, prompt, 30, k=4) == plain
 
 
+def test_chapter_5s_best_k_table_is_best_k_and_names_its_ties():
+    """Chapter 5's table of tau and the best k is `expected_tokens`, `expected_speedup` and `best_k`
+    (k_max = 8), rounded as printed; where two k give the same speedup exactly, the cell names both
+    ("1 or 2, 1.25"), as `best_k`'s pick alone would hide the tie."""
+    from tinyspec.methods.draft import best_k, expected_speedup, expected_tokens
+    text = (ROOT / "walkthrough.md").read_text()
+    table = text[text.index("<!-- computed: draft.expected_tokens, expected_speedup and best_k with k_max = 8 -->"):]
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), table.splitlines()[1:]))[2:]
+    header = table.splitlines()[1]
+    costs = [float(c) for c in re.findall(r"c\$ = ([\d.]+)", header)]
+    assert len(lines) == 4 and len(costs) == 4
+    for line in lines:
+        alpha, taus, *cells = [c.strip() for c in line.strip("|").split("|")]
+        alpha = float(alpha)
+        assert [f"{expected_tokens(alpha, k):.2f}" for k in (2, 4, 6)] == taus.split(", "), line
+        for c, cell in zip(costs, cells):
+            speedups = [expected_speedup(alpha, c, k) for k in range(9)]
+            best = speedups[best_k(alpha, c, 8)]
+            ties = [str(k) for k in range(9) if abs(speedups[k] - best) < 1e-9]
+            ks, shown = cell.split(", ")
+            assert ks.split(" or ") == ties and shown == f"{best:.2f}", (alpha, c, cell, ties)
+
+
+def test_the_appendix_names_every_rule_the_chain_rules_test_runs():
+    """The appendix lists the rules `test_chain_rules_reproduce_the_target_two_token_distribution`
+    runs: its parametrize list, no more and no fewer."""
+    source = (ROOT / "tests" / "test_verify.py").read_text()
+    rules = ast.literal_eval(re.search(r'@pytest.mark.parametrize\("rule", (\[.*?\])\)\ndef '
+                                       r'test_chain_rules_reproduce', source).group(1))
+    appendix = " ".join((ROOT / "docs" / "appendix.md").read_text().split())
+    said = appendix[appendix.index("`test_chain_rules_reproduce_the_target_two_token_distribution` runs"):][:200]
+    said = said[:said.index(" times")]
+    assert set(re.findall(r"`(\w+)`", said)) - {"test_chain_rules_reproduce_the_target_two_token_distribution"} \
+        == set(rules), said
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
 def test_every_name_the_docs_give_the_code_exists(doc):
     bad = sorted({f"{kind} {what}: {problem}" for kind, what, problem in references(unquoted(doc), doc.parent) if problem})
@@ -748,6 +785,30 @@ def test_benchmark_tables_agree_with_the_saved_report(doc):
     tables = list(bench_tables(text))
     bad = [p for path, options, rows in tables for p in table_problems(path, options, rows)]
     assert not bad, f"{doc.name}: tables that disagree with the saved benchmark:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_a_rule_asked_for_at_temperature_0_shows_the_greedy_rows(doc):
+    """At T = 0 every rule is greedy whatever `@RULE` asks (`methods/base.py: default_rule`), so a
+    table row `METHOD@RULE` at T = 0 shows the tau of `METHOD` itself: a saved row that differs was
+    recorded before that rule and is stale."""
+    bad = []
+    for path, options, rows in bench_tables(doc.read_text()):
+        if "key" in options:
+            continue
+        saved = json.loads((ROOT / path).read_text())[options.get("source", "rows")]
+        columns = options["columns"].split(",")
+        for cells in rows:
+            shown = {**{k: options[k] for k in ("method", "T") if k in options},
+                     **{c: cell.strip("`") for c, cell in zip(columns, cells) if c in ("method", "T")}}
+            method = options.get("prefix", "") + shown.get("method", "")
+            if "@" not in method or float(shown.get("T", 1)) != 0:
+                continue
+            tau = lambda m: sorted((str(r.get("category")), r.get("tau")) for r in saved
+                                   if r["method"] == m and r["temperature"] == 0)
+            if tau(method) != tau(method.partition("@")[0]):
+                bad.append(f"{path}: {method} at T = 0: tau {tau(method)}, greedy {tau(method.partition('@')[0])}")
+    assert not bad, f"{doc.name}: rows of a rule at T = 0 that are not the greedy rows:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
@@ -913,8 +974,25 @@ def test_triton_is_an_extra_of_its_own():
 
 
 
+OBJECTIVES = re.compile(r"^## (\d+) [^\n]*\n\n\*\*After this chapter you can:\*\*\n\n((?:- [^\n]*\n)+)\n", re.M)
+
+
+def test_every_chapter_opens_with_three_to_five_objectives():
+    """Every chapter of the walkthrough opens, below its title, with what a reader can do after it:
+    "**After this chapter you can:**" and three to five checkable items, one list, each beginning
+    with a verb in lower case and ending with ";", the last with "." (the book's form for lists)."""
+    text = (ROOT / "walkthrough.md").read_text()
+    chapters = re.findall(r"^## (\d+) ", text, re.M)
+    found = {n: items.splitlines() for n, items in OBJECTIVES.findall(text)}
+    assert list(found) == chapters, f"chapters without objectives below their title: {sorted(set(chapters) - set(found))}"
+    for n, items in found.items():
+        assert 3 <= len(items) <= 5, f"chapter {n}: {len(items)} objectives"
+        assert all(re.match(r"- [a-z]", item) for item in items), f"chapter {n}: an objective begins with a verb"
+        assert all(item.endswith(";") for item in items[:-1]) and items[-1].endswith("."), f"chapter {n}"
+
+
 def test_the_book_keeps_its_word_budget():
-    """Chapters 0-13 of the walkthrough stay within 24,000 words, and each method added since
+    """Chapters 0-14 of the walkthrough stay within 24,000 words, and each method added since
     (a file of methods/ after the seed methods: draft, medusa, eagle, lookup, lookahead) at most
     1,500 more: a book a student reads through, not a reference that grows with every feature."""
     from tinyspec.methods import METHODS
@@ -922,7 +1000,7 @@ def test_the_book_keeps_its_word_budget():
     text = (ROOT / "walkthrough.md").read_text()
     chapters = text[text.index("\n## 0 "):]
     words = len(chapters.split())
-    assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-13 for {len(added)} added methods"
+    assert words <= 24_000 + 1_500 * len(added), f"{words} words in chapters 0-14 for {len(added)} added methods"
 
 
 # Prose figures
@@ -976,6 +1054,8 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "128", "cached tokens"): "the example's context length",
     ("walkthrough.md", "100", ": buckets"): "the hash's modulus",
     ("walkthrough.md", "1234", ")."): "a seed in a shown command",
+    ("walkthrough.md", "145", "proposed nothing"): "docs/results.json's 153 `rest` steps less the 8 prompts' prefills",
+    ("walkthrough.md", "224", ". At temperature"): "docs/results.json's 232 `lookup` steps less the 8 prompts' prefills",
 }
 
 
@@ -1054,7 +1134,7 @@ def test_a_stale_prose_figure_is_caught(tmp_path, monkeypatch):
 
 
 def test_the_books_parameter_counts_are_the_models():
-    """Chapter 2's preset sizes, chapter 7's shared and private head sizes and chapter 8's EAGLE
+    """Chapter 2's preset sizes, chapter 8's shared and private head sizes and chapter 9's EAGLE
     head, counted from the modules themselves: figures the prose quotes without a file."""
     from tinyspec.methods.eagle import EagleHead
     from tinyspec.methods.medusa import MedusaHeads
@@ -1072,7 +1152,7 @@ def test_the_books_parameter_counts_are_the_models():
 
 @pytest.mark.slow
 def test_chapter_8s_eagle_tree_is_the_shipped_weights_tree(capsys):
-    """The worked tree of chapter 8 is what `figures eagle-tree` prints with the shipped weights:
+    """The worked tree of chapter 9 is what `figures eagle-tree` prints with the shipped weights:
     the same nodes, marks and step; values within 0.001 (the last digit may round either way on
     another CPU)."""
     from tinyspec.bench.figures import eagle_tree

@@ -1,7 +1,7 @@
 """The house: rooms, and imports that point down them, with no circles and no arrows back up.
 
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
-the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 10, where the
+the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 11, where the
 recorded step runs each method), speed, training, the commands (the shared interface, cli.py,
 and the engine's commands), measurement (bench/), the course, and the entry points of `ENTRIES` on top
 (`python -m tinyspec.generate`, `python -m tinyspec`). A file may use only files before it: in CORE

@@ -55,13 +55,15 @@ def test_seeded_sampling_is_reproducible_and_follows_p():
     draw = lambda seed: sample(p.expand(20000, 4), torch.Generator().manual_seed(seed))
     assert torch.equal(draw(1), draw(1))
     freq = torch.bincount(draw(2), minlength=4).float() / 20000
-    assert (freq - p).abs().max() < 0.015  # 4+ standard deviations of a 20000-draw frequency
+    # 4.6 standard deviations of the likeliest token's 20000-draw frequency (0.0035), more for the others:
+    # a correct sampler, whatever order it draws in, misses it about once in 200,000 runs
+    assert (freq - p).abs().max() < 0.016
 
 
 def test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token():
     p = torch.tensor([0.0, 0.25, 0.0, 0.75, 0.0])  # zeros first, in the middle and last
     counts = torch.bincount(sample(p.expand(20000, 5), torch.Generator().manual_seed(3)), minlength=5)
-    assert counts[[0, 2, 4]].sum() == 0 and abs(counts[1] / 20000 - 0.25) < 0.015
+    assert counts[[0, 2, 4]].sum() == 0 and abs(counts[1] / 20000 - 0.25) < 0.015  # 4.9 standard deviations
     one_hot = torch.eye(6)[[5, 0, 2]]  # rows: the last, the first, a middle token
     assert sample(one_hot, torch.Generator().manual_seed(0)).tolist() == [5, 0, 2]
 

@@ -11,8 +11,10 @@ how it judges a's children. Every rule here has one signature,
 - tokens (T+1,): the root, then the T proposed nodes (tree order);
 - p (T+1, V): the target's processed distribution after each of them (`Sampling.probs`);
 - q (T+1, V) or None: q[a] is the distribution node a's token was drawn from (row 0 unused);
-- path: indices of the accepted tokens, from the root (path[0] == 0) down one branch;
-- next_token: the target's own token after the path (a correction, or a bonus at a leaf);
+- path: indices of the accepted tokens, from the root (path[0] == 0) down one branch, a 1-D
+  long tensor;
+- next_token: the target's own token after the path (a correction, or a bonus at a leaf), a
+  0-d tensor, as `sample` returns for one row;
 
 and they sit in one table, `RULES`, by name:
 
@@ -118,7 +120,8 @@ def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
     With eta_i uniform, tau is the LAST i with eta_i < h_i (0 if none): x_1..x_tau are
     accepted, then the next token comes from Mb(. | X^k) if tau = k, else from
     norm(max(0, p_tau Mb(. | X^tau) - Ms(. | X^tau))). Unlike the token-level rule, a
-    rejection at i does not stop the walk: a later success can still accept the block up to it."""
+    rejection at i does not stop the walk: a later success can still accept the block up to it.
+    A branching tree is refused with a ValueError whose message names a chain."""
     k = len(tree)
     if tree.parents != chain(k).parents:
         raise ValueError("block verification judges a chain (a draft model's proposals), not a branching tree")
@@ -158,7 +161,9 @@ def traversal(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
         R = max(0, p_b P_b - q_a),   S = sum R,   P_b <- R / S,   p_b <- S / (S + 1 - p_b)
 
     (block verification's h_i and residual). Its next children are then judged against the new
-    p_b and P_b. The root's weight stays 1: if every node is rejected, the root's residual gives
+    p_b and P_b. Where S = 0 the rejected subtree used all of it: P_b is kept as it was and the
+    weight becomes 0 (or stays 1 if it was 1, a rejection of probability 0 that only rounding
+    reaches); R / S there would be NaN, and min(1.0, nan) is 1.0. The root's weight stays 1: if every node is rejected, the root's residual gives
     the next token. On a chain this is block verification; at depth 1, SpecInfer's rule.
     Unlike the top-down walk, a deep path can be accepted although a token-level test on its
     first node would have failed: p_a weighs the whole path."""

@@ -1,4 +1,4 @@
-"""Measurement (walkthrough chapters 12 and 13), one file per idea: method specs as `--methods`
+"""Measurement (walkthrough chapters 13 and 14), one file per idea: method specs as `--methods`
 names them (`specs.py`), the same weights in Hugging Face (`peer.py`), the benchmark itself, every
 method on the same held-out prompts (`benchmark.py`, the batch curve in `batches.py`), the kernel's
 timings (`kernels.py`), the GPU report (`report.py`), a target's loss and every method's tau without

@@ -1,6 +1,6 @@
 """The speculation-versus-batching curve (`python -m tinyspec bench --batch-sizes 1,2,4,8,16`):
 every method decodes the same prompts B at a time, for every B, and reports total tokens/s, the
-mean latency per sequence, tau and the speedup over `ar` at the same batch size (chapter 13).
+mean latency per sequence, tau and the speedup over `ar` at the same batch size (chapter 14).
 The prompts, models and methods are `benchmark.prepare`'s."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python -m tinyspec figures residual speedup          # arithmetic: no model, a second
     python -m tinyspec figures cost --threads 1          # times target forwards on this device
     python -m tinyspec figures bench                     # redraws the benchmark's figures from docs/bench.json
-    python -m tinyspec figures eagle-tree eagle-costs    # chapter 8's tree (text) and its costs, printed
+    python -m tinyspec figures eagle-tree eagle-costs    # chapter 9's tree (text) and its costs, printed
     python -m tinyspec figures tables                    # refills the docs' benchmark tables from the saved report
     python -m tinyspec figures tour --out docs           # times the README's tour, as a new user runs it
 
@@ -154,7 +154,7 @@ def measure_forward_cost(model, device: torch.device, sizes=COST_SIZES, context:
     """The time of a forward over n new tokens after `context` cached ones, over that of a one-token
     forward, for every n in `sizes` (n = 1 is a plain decoding step; n = k + 1 verifies a draft's k
     proposals, and a tree of n - 1 nodes costs the same). Interleaved and paired, as the benchmark
-    times methods (chapter 12): each round times every n (`timing.forward_call`) and divides by the
+    times methods (chapter 13): each round times every n (`timing.forward_call`) and divides by the
     same round's one-token time; the result is the median ratio over the rounds."""
     times = interleaved_times({n: forward_call(model, 1, n, context) for n in sizes}, device, rounds)
     one = times[sizes[0]]

@@ -18,6 +18,7 @@ class Chapter:
     hours: int = 0  # what a student needs, the written deliverable included
     deliverable: str = ""  # a measurement made with a tinyspec command, and what to explain by it
     extra: str = ""  # the optional package its tests import, installed as the extra of its name (".[triton]")
+    notes: str = ""  # what the tests hold a solution to beyond the docstrings: types, errors, edge cases
 
 
 CHAPTERS = {
@@ -86,7 +87,7 @@ CHAPTERS = {
                     "cost model, speedup = tau / (F(k + 1) + k c), with c the draft's step in target steps, and "
                     "compare the measured tau with the expected (1 - alpha^(k+1)) / (1 - alpha)."),
     "tree": Chapter(
-        "6 Trees and verification", ("tree.py:depths", "tree.py:tree_mask", "tree.py:root_to_leaf_paths"),
+        "6 Trees", ("tree.py:depths", "tree.py:tree_mask", "tree.py:root_to_leaf_paths"),
         ("tests/test_tree.py::test_hand_drawn_tree", "tests/test_tree.py::test_chain_and_star",
          "tests/test_tree.py::test_choice_lists_round_trip",
          "tests/test_tree.py::test_tree_from_accuracies_takes_the_most_likely_nodes"),
@@ -97,7 +98,7 @@ CHAPTERS = {
                     "likeliest path) while the forward over 1 + T tokens costs F(1 + T), and where the two cross "
                     "on your CPU."),
     "verify": Chapter(
-        "6 Trees and verification", ("verify.py:longest_accepted_path", "verify.py:greedy"),
+        "6 Trees", ("verify.py:longest_accepted_path", "verify.py:greedy"),
         ("tests/test_medusa.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
          "tests/test_medusa.py::test_trained_heads_make_greedy_medusa_take_fewer_target_passes",
          "tests/test_medusa.py::test_cache_after_medusa_steps_equals_plain_decoding",
@@ -108,7 +109,7 @@ CHAPTERS = {
                     "the split (the target's forward, proposing, the rule, cache work) and explain by the cost model "
                     "why the rule, which reads T + 1 rows already computed, must stay a small share of a step."),
     "rules": Chapter(
-        "6 Trees and verification",
+        "7 Exact rules",
         ("verify.py:_walk", "verify.py:lossless", "verify.py:pointmass", "verify.py:block", "verify.py:traversal"),
         ("tests/test_verify.py::test_chain_rules_reproduce_the_target_two_token_distribution",
          "tests/test_verify.py::test_traversal_is_block_verification_on_a_chain",
@@ -118,6 +119,14 @@ CHAPTERS = {
          "tests/test_verify.py::test_pointmass_rule_makes_the_top_k_tree_lossless",
          "tests/test_verify.py::test_traversal_verification_of_a_sampled_tree_has_the_target_distribution"),
         needs=("model", "kvcache", "sampling", "tree", "speculative", "medusa"), hours=12,
+        notes="Every rule returns (path, next_token): path a 1-D long tensor of node indices from the root, "
+              "path[0] == 0, and next_token a 0-d tensor (what `sample` gives for one row). `block` judges a chain "
+              "only: given a branching tree it raises ValueError, its message naming a chain (the tests match "
+              "\"chain\"). In `traversal` a rejected child can leave its parent nothing, S = 0: keep the parent's "
+              "P_b as it was, and its weight becomes S / (S + 1 - p_b) = 0 (keep 1 if p_b was 1 too, 0 / 0, a "
+              "rejection of probability 0 that only rounding reaches). Do not divide R by S there: 0 / 0 is NaN, "
+              "and Python's min(1.0, nan) is 1.0, so every child below would pass. `sampling.residual(w * P_b, q)` "
+              "returns P_b itself when the mass is 0.",
         deliverable="tau of each lossless rule at T = 1 on the same prompts: "
                     "`python -m tinyspec bench --methods ar,draft:4,draft:4@block,draft:4@traversal,medusa@pointmass,"
                     "eagle@lossless,eagle@traversal --temperatures 1 --json`. Tabulate tau and tokens/s per rule and "
@@ -125,7 +134,7 @@ CHAPTERS = {
                     "verification accept at least as much as the token-by-token walk, and why pointmass, not "
                     "lossless, is the rule for a top-k tree."),
     "medusa": Chapter(
-        "7 Medusa", ("methods/medusa.py:propose",),
+        "8 Medusa", ("methods/medusa.py:propose",),
         ("tests/test_medusa.py::test_greedy_medusa_equals_plain_decoding_on_every_tree_shape",
          "tests/test_medusa.py::test_lossless_rules_at_temperature_zero_are_greedy_decoding",
          "tests/test_medusa.py::test_cache_after_medusa_steps_equals_plain_decoding",
@@ -137,7 +146,7 @@ CHAPTERS = {
                     "(a ResBlock and the LM head on one feature) and what --size auto chose, by the cost model "
                     "(tau against F(1 + T))."),
     "eagle": Chapter(
-        "8 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_tree",),
+        "9 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_tree",),
         ("tests/test_eagle.py::test_grow_tree_on_the_docstring_example",
          "tests/test_eagle.py::test_grow_tree_matches_a_plain_reference",
          "tests/test_eagle.py::test_greedy_eagle_equals_plain_decoding",
@@ -148,7 +157,7 @@ CHAPTERS = {
                     "--temperatures 0 --json`. Tabulate tau and speedup; explain the cost of a step as F(1 + T) plus "
                     "depth head forwards, and why a deeper tree pays on a GPU but less on your CPU."),
     "sampled_tree": Chapter(
-        "8 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_sampled_tree",),
+        "9 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_sampled_tree",),
         ("tests/test_eagle.py::test_sampled_tree_keeps_whole_groups_of_draws",
          "tests/test_eagle.py::test_sampled_eagle_has_the_target_distribution",
          "tests/test_eagle.py::test_caches_after_eagle_steps_equal_plain_decoding"),
@@ -159,7 +168,7 @@ CHAPTERS = {
                     "why the sampled tree's duplicates and unpruned groups cost tau at the same F(1 + T), and why "
                     "pruning sampled children by their own value would not be exact."),
     "parallel": Chapter(
-        "8 EAGLE: drafting features, growing the tree",
+        "9 EAGLE: drafting features, growing the tree",
         ("methods/parallel.py:ParallelHead.features_ahead", "methods/parallel.py:ParallelHead.draft"),
         ("tests/test_parallel.py::test_one_forward_drafts_eagles_guess_and_medusas_heads_on_it",
          "tests/test_parallel.py::test_greedy_parallel_equals_plain_decoding",
@@ -172,7 +181,7 @@ CHAPTERS = {
                     "explain by the cost of proposing (depth head forwards against one) whether the lower tau of "
                     "Medusa-style depths is paid back on your CPU."),
     "lookup": Chapter(
-        "9 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/ngrams.py:NgramIndex.propose",),
+        "10 Draft-free speculation: prompt lookup, lookahead and retrieval", ("methods/ngrams.py:NgramIndex.propose",),
         ("tests/test_lookup.py::test_index_example_and_incremental_updates_match_a_scan",
          "tests/test_lookup.py::test_greedy_lookup_equals_plain_decoding",
          "tests/test_lookup.py::test_greedy_lookup_runs_to_the_end_of_the_context",
@@ -184,7 +193,7 @@ CHAPTERS = {
                     "repeats itself accepts more, and why a lookup's proposing cost is (nearly) zero, so that any "
                     "tau above F(1 + k) pays."),
     "lookahead": Chapter(
-        "9 Draft-free speculation: prompt lookup, lookahead and retrieval",
+        "10 Draft-free speculation: prompt lookup, lookahead and retrieval",
         ("methods/ngrams.py:trie", "methods/lookahead.py:window_mask", "methods/lookahead.py:step_mask",
          "methods/lookahead.py:slide"),
         ("tests/test_lookahead.py::test_masks_are_the_drawn_ones",
@@ -199,7 +208,7 @@ CHAPTERS = {
                     "feeds (N - 1) W window tokens plus the guesses' G (N - 1), nearly free on a GPU, while on your "
                     "CPU every one of them is paid for."),
     "rest": Chapter(
-        "9 Draft-free speculation: prompt lookup, lookahead and retrieval",
+        "10 Draft-free speculation: prompt lookup, lookahead and retrieval",
         ("methods/rest.py:suffix_array", "methods/rest.py:Datastore.match", "methods/rest.py:corpus_tree"),
         ("tests/test_rest.py::test_suffix_array_sorts_like_python",
          "tests/test_rest.py::test_the_match_and_its_continuations_equal_a_scan_of_the_corpus",
@@ -215,7 +224,7 @@ CHAPTERS = {
                     "while the target's forward over the tree (F(n) of chapter 2) is most of a step; say what a "
                     "bigger corpus buys and what it cannot."),
     "kernel": Chapter(
-        "10 The Triton kernel and the fast path", ("kernels/tree_attention.py:_online_softmax_step",),
+        "11 The Triton kernel and the fast path", ("kernels/tree_attention.py:_online_softmax_step",),
         ("tests/test_tree_attention.py::test_matches_reference",
          "tests/test_tree_attention.py::test_output_ignores_tokens_outside_the_path",
          "tests/test_tree_attention.py::test_any_strides",
@@ -224,10 +233,10 @@ CHAPTERS = {
         deliverable="The kernel against PyTorch's SDPA, on a CUDA GPU: `python -m tinyspec bench kernels`. "
                     "Tabulate its times against the tree's size and the cached length, and explain them by the "
                     "roofline: the bytes of K and V read once per head against the few FLOPs per byte of a tree "
-                    "attention. (Without a GPU, say so, and explain instead, from chapter 10, what the kernel saves "
+                    "attention. (Without a GPU, say so, and explain instead, from chapter 11, what the kernel saves "
                     "on a memory-bound step.)"),
     "training": Chapter(
-        "11 Training", ("training/distill.py:eagle_loss", "training/distill.py:own_chains"),
+        "12 Training", ("training/distill.py:eagle_loss", "training/distill.py:own_chains"),
         ("tests/test_eagle.py::test_loss_is_smooth_l1_plus_weighted_cross_entropy",
          "tests/test_eagle.py::test_trained_head_predicts_features_several_steps_deep",
          "tests/test_eagle.py::test_resumed_training_equals_straight_training",
@@ -240,7 +249,7 @@ CHAPTERS = {
                     "Tabulate tau for each and explain why training on its own features raises the acceptance of "
                     "deep nodes, and what that tau is worth by the cost model at the same F(1 + T)."),
     "costs": Chapter(
-        "12 Benchmarking, costs and sizing",
+        "13 Benchmarking, costs and sizing",
         ("speed/sizing.py:Sizing.speedup", "speed/sizing.py:Sizing.forward_s", "speed/sizing.py:Sizing.step_s",
          "speed/sizing.py:Sizing.predicted_s"),
         ("tests/test_sizing.py::test_the_fastest_predicted_size_is_chosen",
@@ -263,7 +272,7 @@ CHAPTERS = {
                     "auto chose (the report's \"sizing\" rows, made by your Sizing.speedup from the measured step "
                     "costs): where they differ, say which term of the cost model missed."),
     "batch": Chapter(
-        "13 Batch > 1: speculation against batching", ("kvcache.py:feed",),
+        "14 Batch > 1: speculation against batching", ("kvcache.py:feed",),
         ("tests/test_batch.py::test_rows_of_different_lengths_equal_their_own_single_caches",
          "tests/test_batch.py::test_greedy_rows_equal_plain_decoding_at_every_batch_size",
          "tests/test_batch.py::test_each_rows_cache_equals_plain_decodings",

@@ -46,16 +46,28 @@ def signature(root: Path, function: str) -> str:
     return f"def {qualname}({ast.unparse(fn.args)}){returns}"
 
 
-def statistical(root: Path, test: str) -> bool:
-    """Whether a graded test is a chi-square test (its body computes `chi_square`)."""
+def statistical(root: Path, test: str) -> str | None:
+    """How a graded test is statistical, or None: "chi-square" (its body computes `chi_square`), or
+    "mean" (it holds a mean or a frequency of random draws within a bound of so many standard
+    deviations: `MEAN_WITHIN`, or a bound its comment counts in standard deviations)."""
     file, name = test.split("::")
-    module = ast.parse((root / file).read_text())
-    fn = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-    return fn is not None and "chi_square(" in ast.unparse(fn)
+    text = (root / file).read_text()
+    fn = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        return None
+    source = ast.get_source_segment(text, fn)  # with its comments
+    if "chi_square(" in source:
+        return "chi-square"
+    return "mean" if "MEAN_WITHIN" in source or "standard deviations" in source else None
 
 
-STATISTICAL = ("statistical: a chi-square test of the output's counts against the exact distribution, on fixed "
-               "seeds, at a critical value of p ~ 1e-5, so a correct solution fails it about once in 100,000 runs")
+STATISTICAL = {  # what GRADING.md says of each kind: a correct solution fails each at most ~1e-5 of the time
+    "chi-square": "statistical: a chi-square test of the output's counts against the exact distribution, on fixed "
+                  "seeds, at a critical value of p ~ 1e-5, so a correct solution fails it about once in 100,000 runs",
+    "mean": "statistical: a mean or frequency of random draws on fixed seeds, held to the exact figure within about "
+            "4.5 standard deviations or more, so a correct solution fails it at most about once in 100,000 runs, "
+            "whatever order it draws its random numbers in",
+}
 
 
 def grading_md(chapters: list[str], root: Path = ROOT) -> str:
@@ -72,6 +84,13 @@ def grading_md(chapters: list[str], root: Path = ROOT) -> str:
              "written deliverable: a measurement you make with a tinyspec command on your machine and a paragraph "
              "that explains it by the cost model and roofline of the walkthrough (hand in the command, its output "
              "as a table or plot, and the paragraph).\n\n",
+             "The written deliverable is graded by hand, three parts of equal weight: *reproducible* (the commands "
+             "as you ran them, with the machine: CPU or GPU, threads, dtype), *measured* (the table or plot, every "
+             "figure from your output), and *explained* (each trend accounted for by a term of the cost model, "
+             "tau, F(n) or the cost of proposing, and each difference you draw a conclusion from larger than the "
+             "run-to-run noise: rerun once, and call a difference smaller than the two runs' spread noise). A "
+             "result that differs from the walkthrough's is not wrong; an explanation that does not fit your own "
+             "numbers is.\n\n",
              f"Chapters handed out: {', '.join(chapters)}; about {total} hours in all.\n"]
     for c in chapters:
         ch = CHAPTERS[c]
@@ -80,10 +99,13 @@ def grading_md(chapters: list[str], root: Path = ROOT) -> str:
         for f in ch.functions:
             file, qualname = f.split(":")
             lines.append(f"- `tinyspec/{file}`: `{signature(root, f)}`: see its docstring\n")
+        if ch.notes:
+            lines.append(f"\n{ch.notes}\n")
         lines.append(f"\n### How it is graded\n\n{len(ch.tests)} tests, a point each "
                      f"(`python -m tinyspec course grade . --chapters {c}`):\n\n")
         for t in ch.tests:
-            note = f" ({STATISTICAL})" if statistical(root, t) else ""
+            kind = statistical(root, t)
+            note = f" ({STATISTICAL[kind]})" if kind else ""
             lines.append(f"- `{t}`{note}\n")
         if ch.needs:
             lines.append(f"\nThese tests also run the code of: {', '.join(ch.needs)} (the project's own unless "

@@ -1,4 +1,4 @@
-"""The fast path (walkthrough chapter 10), one file per idea.
+"""The fast path (walkthrough chapter 11), one file per idea.
 
 - `tree_attention`: the Triton kernel: attention of a token tree over a cached prefix, split
   across programs (flash-decoding) and masked by one ancestor bitmask per tree token;

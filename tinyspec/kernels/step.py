@@ -1,4 +1,4 @@
-"""The recorded step (walkthrough chapter 10): a method's whole speculative step as fixed-shape
+"""The recorded step (walkthrough chapter 11): a method's whole speculative step as fixed-shape
 tensor work on the device, recorded once as a CUDA graph and replayed.
 
 The readable loop (`decoding.decode`) asks the host a dozen questions a step: how long is the

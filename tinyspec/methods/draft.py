@@ -24,7 +24,7 @@ With acceptance rate alpha (the chance that a proposed token is accepted) and co
 on average and costs k c + 1 target forwards: the expected speedup (Leviathan, Theorem 3.8)
 is (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)). The k that maximises it is `best_k`; a step
 costs more than k c + 1 forwards, though (the rule, the caches, the loop's own work), so the k
-that `--size auto` uses is chosen from whole steps measured on the device (chapter 12).
+that `--size auto` uses is chosen from whole steps measured on the device (chapter 13).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The target's feature f_i is its final hidden state at position i (`GPT.hidden`),
 LM head turns into the distribution of token t_{i+1}. A token is a sample, so the next token is
 uncertain; the next feature is a deterministic function of the text so far, and once the token
 t_{i+1} that was actually sampled is known, predicting f_{i+1} from f_i is a much smoother
-regression than guessing t_{i+2} from f_i alone, which is Medusa's task (chapter 6). EAGLE's
+regression than guessing t_{i+2} from f_i alone, which is Medusa's task (chapter 8). EAGLE's
 draft head does exactly that, autoregressively at the feature level (Li et al. eq. 1-3):
 
     x_i      = W [f_i ; e(t_{i+1})] + b          one linear layer, 2C -> C (e: the target's frozen wte)

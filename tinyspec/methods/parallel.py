@@ -6,7 +6,7 @@ forward, reading the target's features.
 
 EAGLE's head is accurate, but it drafts one depth per head forward: a tree d deep costs d small
 forwards, each through the LM head, and on a CPU that proposing is most of what EAGLE loses
-(chapter 12's ledger). Medusa drafts in one forward, but its heads read the feature *before* the
+(chapter 13's ledger). Medusa drafts in one forward, but its heads read the feature *before* the
 root, f_{M-1}, so head 1 must guess s_{M+1} without knowing the root s_M. Here:
 
     f^_M      = EagleHead(pending pairs ... (f_{M-1}, s_M))     ONE head forward, as EAGLE's catch-up

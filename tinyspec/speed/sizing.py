@@ -1,5 +1,5 @@
 """Speculation sized to the device it runs on: `--size auto` measures on first use, then chooses
-(chapter 12).
+(chapter 13).
 
 How much to propose per step depends on two things. Acceptance belongs to the models and the
 text: how many of k proposals, or of a tree's nodes, the target keeps. Cost belongs to the

@@ -1,4 +1,4 @@
-"""Training (walkthrough chapter 11), one file per idea: the corpus the models learn from and the
+"""Training (walkthrough chapter 12), one file per idea: the corpus the models learn from and the
 benchmark prompts held out of it (`corpus.py`), AdamW and its schedule (`optim.py`), checkpoints
 that survive a stop (`checkpoint.py`), the losses and loops of the heads trained on the target's own
 text (`distill.py`: Medusa's, EAGLE's and the unrolled one), a GPT's training run (`gpt.py`) and the
