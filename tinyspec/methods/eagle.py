@@ -335,7 +335,7 @@ class Eagle(Method):
     """The head drafts features and grows EAGLE-2's tree (steps 0-1 and 5 above). A size is
     (top_k, depth, total_tokens); with --tree, a static shape instead."""
     name = "eagle"
-    chapter = 8  # of the walkthrough
+    chapter = 9  # of the walkthrough
     summary = "an EAGLE head drafts the target's features and grows a tree (EAGLE-2), verified in one target pass"
     proposes = "a tree"
     weights = Weights("--eagle", "eagle.safetensors", EagleHead, "an EAGLE head", "python -m tinyspec train eagle",

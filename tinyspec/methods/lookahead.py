@@ -155,7 +155,7 @@ class Window:
 class Lookahead(Method):
     """The window's n-grams that start with the root, verified beside the next Jacobi iteration."""
     name = "lookahead"
-    chapter = 9.2  # of the walkthrough
+    chapter = 10.2  # of the walkthrough
     summary = "n-grams from the target's own Jacobi iterations, made and verified in the same pass"
     proposes = "fixed tokens"
     default_size = "3,3,2"

@@ -37,7 +37,7 @@ from .ngrams import NgramIndex
 class PromptLookup(Method):
     """Each row proposes what followed its own text's last tokens earlier on (step 1 above)."""
     name = "lookup"
-    chapter = 9.1  # of the walkthrough
+    chapter = 10.1  # of the walkthrough
     summary = "prompt lookup: the text's own earlier continuation of its last tokens is the proposal"
     proposes = "fixed tokens"
     settings = {"max_ngram": Setting(3, int, "the longest suffix of the text looked up; shorter ones are tried "

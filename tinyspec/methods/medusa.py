@@ -118,7 +118,7 @@ def propose(head_logits: torch.Tensor, tree: Tree, sampling: Sampling, sampled: 
 class Medusa(Method):
     """The heads propose a static tree from the hidden state before the root (step 1 above)."""
     name = "medusa"
-    chapter = 7  # of the walkthrough
+    chapter = 8  # of the walkthrough
     summary = "Medusa heads propose a tree, verified in one target pass (Cai et al. 2024)"
     proposes = "a tree"
     weights = Weights("--heads", "medusa.safetensors", MedusaHeads, "Medusa heads", "python -m tinyspec train medusa",

@@ -97,7 +97,7 @@ class Parallel(Eagle):
     head forward; step 5, what the head keeps between steps, is EAGLE's). A size is
     (top_k, depth, total_tokens), depth at most the head's block."""
     name = "parallel"
-    chapter = 8  # EAGLE's chapter, its last section
+    chapter = 9  # EAGLE's chapter, its last section
     summary = "one forward of EAGLE's head and Medusa's heads on its predicted feature drafts a whole block; " \
               "EAGLE-2's tree from it"
     weights = Weights("--parallel", "parallel.safetensors", ParallelHead, "a parallel feature head",

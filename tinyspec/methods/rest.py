@@ -182,7 +182,7 @@ class Rest(PromptLookup):
     """The corpus's continuations of the text's last tokens, and the text's own (step 1 above):
     prompt lookup, its index kept as lookup keeps it, with a datastore beside it."""
     name = "rest"
-    chapter = 9.3  # of the walkthrough
+    chapter = 10.3  # of the walkthrough
     summary = "retrieval (REST): what followed the text's last tokens in a corpus, and earlier in the text, as a tree"
     proposes = "fixed tokens"
     weights = Weights("--datastore", "datastore.safetensors", Datastore, "a datastore",
