@@ -6,6 +6,7 @@
     python -m tinyspec figures eagle-tree eagle-costs    # chapter 9's tree (text) and its costs, printed
     python -m tinyspec figures tables                    # refills the docs' benchmark tables from the saved report
     python -m tinyspec figures tour --out docs           # times the README's tour, as a new user runs it
+    python -m tinyspec figures tree-mask tree-step block-coins traversal-coins residual-walk cost-curve  # worked examples
 
 - `residual`: the worked example of walkthrough chapter 5, p, q, min(p, q) and the residual as
   bars (residual.png);
@@ -25,6 +26,11 @@
   refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has; with
   `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs);
   `tests/test_docs.py` checks each cell against FILE independently;
+- `tree-mask`, `tree-step`, `block-coins`, `traversal-coins`, `residual-walk`, `cost-curve`: the book's
+  worked examples, from tinyspec's own functions and the shipped weights (`diagrams.py`): a Medusa
+  tree and its mask; two greedy Medusa steps as verified; block verification's and traversal's coins
+  on Sun et al.'s example; chapter 6's residuals; the speedup of a chain against the tokens in its
+  forward with the measured F(t) (--forward-cost). Each is a PNG and the JSON of what it shows;
 - `tour`: every command of the README's tour that runs on a CPU, in order, each a new process with an
   empty sizing cache (first use), timed, and whether its output shows accepted proposals (tour.json).
 
@@ -44,17 +50,20 @@ from pathlib import Path
 
 import torch
 
-from ..commands.cli import (DEFAULT_EAGLE, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter, check_output, die, examples,
-                  load_model, pick_device, run_main, set_threads, shown)
+from ..commands.cli import (DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter,
+                             check_input, check_output, die, examples, load_model, pick_device, run_main, set_threads,
+                             shown)
 from ..files import atomic_path, atomic_write_json, home
 from ..kvcache import KVCache
+from .diagrams import DIAGRAMS, block_coins_data, cost_curve_data, draw, residual_walk_data, traversal_coins_data, \
+    tree_mask_data, tree_step_data
 from .plots import write_plots
 from ..methods.draft import best_k, expected_speedup, expected_tokens
 from ..speed.timing import forward_call, interleaved_medians, interleaved_times
 from ..tree import chain
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
-FIGURES = ("residual", "speedup", "cost", "bench", "eagle-tree", "eagle-costs", "tables", "tour")
+FIGURES = ("residual", "speedup", "cost", "bench", "eagle-tree", "eagle-costs", "tables", "tour", *DIAGRAMS)
 COST_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 13, 16, 17, 20, 24, 32, 33, 42, 48, 64)  # 9: lookup:8; 17, 33: 16- and 32-node trees
 
 
@@ -365,6 +374,19 @@ def bench_rows(path: str) -> list[dict]:
     return rows
 
 
+def forward_costs(path) -> dict:
+    """A saved `figures cost` report (forward_cost.json), or one line naming what is wrong."""
+    try:
+        report = json.loads(Path(path).read_text())
+        if all(isinstance(r["tokens"], int) and isinstance(r["plain_steps"], (int, float)) for r in report["rows"]):
+            return report
+    except FileNotFoundError:
+        die(f"--forward-cost {path}: no such file; python -m tinyspec figures cost --out DIR writes DIR/forward_cost.json")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        pass
+    die(f"--forward-cost {path} is not the forward_cost.json that python -m tinyspec figures cost writes")
+
+
 def tour(out: Path) -> Path:
     """Every command of the README's tour that runs on a CPU (no --cuda-graph, no `bench report`), in
     order, each a new process as a reader runs it, with an empty tinyspec folder (sizing on first
@@ -410,7 +432,10 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--threads", type=int, help="cost: CPU threads for torch (default: 1, as decoding)")
     ap.add_argument("--report", default=str(ROOT / "docs" / "bench.json"), help="bench: a saved benchmark report")
     ap.add_argument("--eagle", default=str(DEFAULT_EAGLE), help="eagle-tree, eagle-costs: the EAGLE head")
-    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="eagle-tree: tiktoken ranks file")
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="eagle-tree, tree-step: tiktoken ranks file")
+    ap.add_argument("--heads", default=str(DEFAULT_HEADS), help="tree-mask, tree-step: the Medusa heads")
+    ap.add_argument("--forward-cost", default=str(ROOT / "docs" / "figures" / "forward_cost.json"),
+                    help="cost-curve: the forward costs `figures cost` saved (when cost is drawn too: the new ones)")
     return ap
 
 
@@ -419,7 +444,7 @@ def main(argv=None) -> None:
     unknown = set(args.figures) - set(FIGURES)
     if unknown:
         die(f"unknown figure {', '.join(sorted(unknown))}: choose from {', '.join(FIGURES)}")
-    drawn = set(args.figures) & {"residual", "speedup", "cost", "bench"}  # the rest print, or refill the docs
+    drawn = set(args.figures) & {"residual", "speedup", "cost", "bench", *DIAGRAMS}  # the rest print, or refill the docs
     if drawn:
         try:
             pyplot()
@@ -427,6 +452,9 @@ def main(argv=None) -> None:
             die("these figures need matplotlib: pip install -e '.[plot]'")
     out = check_output(args.out, "--out", directory=True)
     rows = bench_rows(args.report) if "bench" in args.figures else None  # a bad report is refused before any work
+    costs = forward_costs(args.forward_cost) if "cost-curve" in args.figures and "cost" not in args.figures else None
+    if {"tree-mask", "tree-step"} & set(args.figures) and not check_input(args.heads, "--heads").is_file():
+        die(f"--heads {args.heads} not found: give Medusa heads (python -m tinyspec train medusa makes them)")
     if drawn:
         out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -449,6 +477,13 @@ def main(argv=None) -> None:
         written += write_plots(rows, out) + [by_method_figure(rows, out)]
     if "eagle-tree" in args.figures:
         eagle_tree(args.model, args.eagle, args.tokenizer)
+    data = {"tree-mask": lambda: tree_mask_data(args.heads), "residual-walk": residual_walk_data,
+            "tree-step": lambda: tree_step_data(args.model, args.heads, args.tokenizer),
+            "block-coins": block_coins_data, "traversal-coins": traversal_coins_data,
+            "cost-curve": lambda: cost_curve_data(costs or forward_costs(out / "forward_cost.json"))}
+    for name in DIAGRAMS:
+        if name in args.figures:
+            written += draw(name, data[name](), out)
     if "tables" in args.figures:
         for doc in (ROOT / "README.md", ROOT / "walkthrough.md", *sorted((ROOT / "docs").glob("*.md"))):
             text = doc.read_text()
