@@ -746,7 +746,7 @@ def table_problems(path: str, options: dict, rows: list[list[str]]):
             key["method"] = options["prefix"] + key["method"]
         def find(category):
             match = [r for r in saved if r["method"] == key["method"] and r["temperature"] == float(key["T"])
-                     and str(r.get("category", r.get("batch_size", r.get("shape")))) == category]  # or batch sizes, or shapes
+                     and str(r.get("category", r.get("batch_size", r.get("shape", r.get("size"))))) == category]  # or batch sizes, or shapes
             return match[0] if match else None
         for column, cell in zip(columns, cells):
             if column in ("method", "T", "category", "shape", "-"):
@@ -1045,7 +1045,12 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "8,533,509", "training and"): "docs/corpus.json's 8,531,914 tokens and one <|endoftext|> per module (1,595)",
     ("walkthrough.md", "289,118", "validation tokens"): "docs/corpus.json's 289,048 tokens and one <|endoftext|> per module (70)",
     ("walkthrough.md", "10%", "* (`training/optim.p"): "the schedule's warm-up share, a hyperparameter",
-    ("walkthrough.md", "2.6", "ms in this run"): "one over `ar`'s tokens/s in docs/bench.json",
+    ("walkthrough.md", "372", "-391 for float32"): "float32 `ar` on the Xeon of docs/bench_bf16.json, in docs/bench.json's earlier run (git history)",
+    ("results.md", "372", "-391 on the same"): "float32 `ar` on the Xeon of docs/bench_bf16.json, in docs/bench.json's earlier run (git history)",
+    ("walkthrough.md", "7", "ms in this run"): "one over `ar`'s tokens/s in docs/bench.json",
+    ("walkthrough.md", "1.58", "plain steps. It"): "1.90 tokens over 1.2, the speedup asked",
+    ("walkthrough.md", "10%", "with two passes"): "half the spread of the plain rows' speedups, 0.92-1.13",
+    ("walkthrough.md", "1.05", "(the policy's margi"): "the policy's margin, a constant of speed/policy.py",
     ("walkthrough.md", "3.5", "x (455 to 1,613"): "the ratio of the two figures that follow it",
     ("walkthrough.md", "4.4", "at $B = 16$"): "the ratio of the two step times that follow it",
     ("walkthrough.md", "0.87", "at $B = 1$"): "the cost model's formula worked on the table's figures",
