@@ -1047,6 +1047,8 @@ NOT_MEASURED = {  # (document, figure, the words after it): why it needs no file
     ("walkthrough.md", "10%", "* (`training/optim.p"): "the schedule's warm-up share, a hyperparameter",
     ("walkthrough.md", "372", "-391 for float32"): "float32 `ar` on the Xeon of docs/bench_bf16.json, in docs/bench.json's earlier run (git history)",
     ("results.md", "372", "-391 on the same"): "float32 `ar` on the Xeon of docs/bench_bf16.json, in docs/bench.json's earlier run (git history)",
+    ("walkthrough.md", "16", "-21% faster at the"): "ratios of docs/draft_vocab.json's speedups, V'=1024 over V'=8192",
+    ("walkthrough.md", "42", "-55%, to"): "ratios of docs/draft_vocab.json's speedups, V'=1024 over V'=8192",
     ("walkthrough.md", "7", "ms in this run"): "one over `ar`'s tokens/s in docs/bench.json",
     ("walkthrough.md", "1.58", "plain steps. It"): "1.90 tokens over 1.2, the speedup asked",
     ("walkthrough.md", "10%", "with two passes"): "half the spread of the plain rows' speedups, 0.92-1.13",
