@@ -300,3 +300,23 @@ def assert_cache_holds(model, cache, text, row=0):
             model(torch.tensor([[t]], device=cache.k.device), cache=expected)
     torch.testing.assert_close(cache.k[:, row, :, :n], expected.k[:, 0, :, :n], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cache.v[:, row, :, :n], expected.v[:, 0, :, :n], atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture
+def full_stdout(monkeypatch):
+    """A call that makes sys.stdout what `> /dev/full` makes it: every write fails with ENOSPC, here or
+    at the exit's flush (`run_main` then sends fd 1 to /dev/null, this stand-in's descriptor). A call,
+    not the fixture itself: pytest's capture takes stdout over again once the test starts."""
+    class Full:
+        fd = os.open(os.devnull, os.O_WRONLY)
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return self.fd
+    yield lambda: monkeypatch.setattr(sys, "stdout", Full())
+    os.close(Full.fd)

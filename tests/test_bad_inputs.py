@@ -197,25 +197,11 @@ def test_datastore_stopped_after_it_is_saved_says_it_was_saved(tmp_path, corpus_
     assert (tmp_path / "ds.safetensors").is_file()
 
 
-def test_a_full_stdout_is_one_line_and_status_1(capsys, monkeypatch):
+def test_a_full_stdout_is_one_line_and_status_1(capsys, full_stdout):
     """What `> /dev/full` does to a print: the write fails with ENOSPC, here or at the exit's flush."""
-    class Full:
-        def __init__(self):
-            self.fd = os.open(os.devnull, os.O_WRONLY)  # where run_main sends what is still buffered
-
-        def write(self, text):
-            raise OSError(28, "No space left on device")
-
-        def flush(self):
-            pass
-
-        def fileno(self):
-            return self.fd
-    full = Full()
-    monkeypatch.setattr(sys, "stdout", full)
+    full_stdout()
     with pytest.raises(SystemExit) as e:
         cli.run_main(lambda: print("the results"))
-    os.close(full.fd)
     assert e.value.code == 1 and capsys.readouterr().err == "error: cannot write to standard output: No space " \
         "left on device\n"
 

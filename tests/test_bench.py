@@ -256,23 +256,8 @@ def test_results_are_saved_before_they_are_printed(files, tmp_path, capsys, monk
         "the output")
 
 
-def a_stdout_that_is_full(monkeypatch):
-    """sys.stdout as `> /dev/full` makes it: every write fails (run_main sends fd 1 to /dev/null then)."""
-    class Full:
-        fd = os.open(os.devnull, os.O_WRONLY)
-
-        def write(self, text):
-            raise OSError(28, "No space left on device")
-
-        def flush(self):
-            pass
-
-        def fileno(self):
-            return self.fd
-    monkeypatch.setattr(sys, "stdout", Full())
-
-
-def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp_path, capsys, monkeypatch):
+def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp_path, capsys, monkeypatch,
+                                                                     full_stdout):
     """`> /dev/full`: one line and status 1, with the report saved (evaluate had done 38 s of work)."""
     import numpy as np
     from tinyspec.bench import evaluate
@@ -283,7 +268,7 @@ def test_a_full_stdout_loses_neither_the_benchmark_nor_the_evaluation(files, tmp
         np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
     monkeypatch.setattr("tinyspec.training.corpus.prepare", lambda *a, **k: corpus)
     random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
-    a_stdout_that_is_full(monkeypatch)
+    full_stdout()
     for main, argv in ((bench.main, QUICK + ["--model", str(files / "target.safetensors")]),
                        (evaluate.main, ["--methods", "ar", "--prompts-per-category", "1", "--max-new-tokens", "4",
                                         "--model", str(tmp_path / "target.safetensors")])):
