@@ -946,7 +946,7 @@ def test_ci_runs_the_readmes_install_and_test_commands():
     cpu = '"torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu'
     assert blocks["install"][0] == f'pip install -e ".[test]" {cpu}'
     assert blocks["triton"] == [f'pip install -e ".[test,triton]" {cpu}', "python -m pytest -m triton"]
-    assert "python -m pytest" in blocks["install"] and blocks["slow"] == ["python -m pytest -m slow -n auto"]
+    assert "python -m pytest -n auto" in blocks["install"] and blocks["slow"] == ["python -m pytest -m slow -n auto"]
     for isa in ("avx2", "default"):  # and the fast tests on other instruction sets, before Triton is installed
         assert ci.index(f"ATEN_CPU_CAPABILITY={isa} python -m pytest -n auto\n") < ci.index("run_readme_block triton"), isa
     installs = [line.strip() for line in ci.splitlines() if re.match(r"\s*(python -m )?pip install", line)]
@@ -961,7 +961,7 @@ def test_the_readme_is_read_in_ten_minutes():
     assert "speculative decoding" in " ".join(lines[:25]).lower(), "the first screen must say what tinyspec is"
     start = lines.index("<!-- ci: install -->")
     end = lines.index("```", start + 2)  # the install block's closing fence
-    assert end < 60 and "python -m pytest" in lines[start:end], "install and test commands within the first 60 lines"
+    assert end < 60 and "python -m pytest -n auto" in lines[start:end], "install and test commands within the first 60 lines"
     words = len(text.split())
     assert words <= 2_500, f"README.md has {words} words: move the long parts to docs/results.md"
 
