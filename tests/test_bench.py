@@ -1,6 +1,5 @@
 """The benchmark end to end on random models (the numbers are meaningless; the plumbing is not)."""
 import json
-import os
 import sys
 
 import pytest
