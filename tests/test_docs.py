@@ -823,6 +823,55 @@ def test_every_timing_table_is_marked(doc):
     assert not unmarked, f"{doc.name}: tables of measurements with no <!-- bench: --> or <!-- measured: --> line:\n" + "\n".join(unmarked)
 
 
+def machine_of(report: dict) -> str | None:
+    """The machine a saved report names, as a table's line shows it: its device, and its threads
+    where it keeps them apart (docs/kernel_launcher.json); None for a report that names none
+    (a bare "cpu" names no machine)."""
+    device = report.get("device")
+    if not device or device.split(" ")[0] == "cpu":
+        return None
+    threads = report.get("threads")
+    return device if not threads or "thread" in device else f"{device}, {threads} thread" + "s" * (threads > 1)
+
+
+def machine_problems(text: str, root: Path = ROOT):
+    """Marked tables whose next lines are not a blank line and `*Measured on: MACHINE.*`, MACHINE
+    the one the table's own report records."""
+    for m in MARKER.finditer(text):
+        machine = machine_of(json.loads((root / m.group(1)).read_text()))
+        below = text[m.end():].split("\n", 2)[:2]
+        if machine is None:
+            yield f"{m.group(1)} records no machine: measure it again with today's code"
+        elif below != ["", f"*Measured on: {machine}.*"]:
+            yield f"the table of {m.group(1)} is followed by {below}, not a blank line and *Measured on: {machine}.*"
+
+
+@pytest.mark.parametrize("doc", DOCS + sorted(set((ROOT / "docs").glob("*.md")) - set(DOCS)), ids=lambda d: d.name)
+def test_every_measured_table_names_its_machine(doc):
+    """Under every table from a saved report, the machine that report was measured on (CPU model and
+    instruction set with its threads, or the GPU), as the report itself records it."""
+    bad = list(machine_problems(doc.read_text()))
+    assert not bad, f"{doc.name}: run python -m tinyspec figures tables\n" + "\n".join(bad)
+
+
+def test_a_table_without_its_machine_is_caught(tmp_path):
+    """The check fails a table with no machine line, or another machine's, or a report that names
+    none; and the refill refuses such a report rather than guess."""
+    from tinyspec.bench.tables import fill_tables
+    (tmp_path / "r.json").write_text(json.dumps({"device": "AMD EPYC (AVX2), 1 thread", "rows": [
+        {"method": "ar", "temperature": 0.0, "category": "code", "tau": 1.0}]}))
+    table = "<!-- bench: r.json columns=method,T,tau[code] -->\n| method | T | tau |\n|---|---|---|\n| `ar` | 0 | 1.00 |\n"
+    good = fill_tables(table + "\nMore prose.\n", tmp_path)
+    assert good == table + "\n*Measured on: AMD EPYC (AVX2), 1 thread.*\n\nMore prose.\n"
+    assert fill_tables(good, tmp_path) == good and not list(machine_problems(good, tmp_path))
+    assert list(machine_problems(table + "\nMore prose.\n", tmp_path))
+    assert list(machine_problems(good.replace("AMD EPYC (AVX2)", "NVIDIA H200"), tmp_path))
+    (tmp_path / "r.json").write_text(json.dumps({"device": "cpu (1 thread)", "rows": []}))
+    assert list(machine_problems(good, tmp_path))
+    with pytest.raises(ValueError, match="does not record the machine"):
+        fill_tables(good, tmp_path)
+
+
 def test_the_table_generator_agrees_with_the_check(tmp_path):
     """`python -m tinyspec figures tables` would leave every marked table as it is, and the
     arithmetic figures draw (to a scratch directory)."""
@@ -1112,8 +1161,8 @@ def prose_figures(doc: Path):
         if sources and not para.lstrip().startswith(("|", "<!--", "```")):
             prose = re.sub(r"```.*?```|\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", lambda m: " " * len(m.group(0)), para, flags=re.S)
             for m in FIGURE.finditer(prose):
-                if m.group(1).isdigit() and int(m.group(1)) in YEARS:
-                    continue
+                if m.group(1).isdigit() and int(m.group(1)) in YEARS or prose[:m.start()].endswith("Figure "):
+                    continue  # a year, or a figure's number in the book ("Figure 5.3"), not a measurement
                 yield line + para[:m.start()].count("\n"), m.group(1), para[m.end():m.end() + 20], sorted(set(sources))
         line += para.count("\n")
 

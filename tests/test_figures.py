@@ -10,16 +10,20 @@ import math
 import re
 import struct
 from fractions import Fraction as F
+from pathlib import Path
 
 import pytest
 import torch
 
-from tinyspec.bench import diagrams
+from tinyspec.bench import diagrams, drawings
 from tinyspec.commands.cli import WEIGHTS
 
 ROOT = WEIGHTS.parent
 FIGURES = ROOT / "docs" / "figures"
-FILES = {name: file for name, (file, _) in diagrams.FIGURE_OF.items()}
+FILES = {name: file for name, (file, _) in drawings.FIGURE_OF.items()}
+BOOK = [ROOT / "README.md", ROOT / "walkthrough.md", *sorted((ROOT / "docs").glob("*.md"))]
+IMAGE = re.compile(r"^!\[[^\]]*\]\(([^)]+\.png)\)$")
+ARITHMETIC = {"residual.png", "tau_and_speedup.png"}  # `figures residual speedup`: formulas, nothing measured
 
 
 def png_text(path) -> dict[str, str]:
@@ -66,7 +70,7 @@ def test_a_figure_drawn_from_other_data_is_caught(tmp_path):
     """The digest check fails a PNG whose JSON changed after it was drawn, and passes a fresh pair."""
     pytest.importorskip("matplotlib")
     data = diagrams.residual_walk_data()
-    diagrams.draw("residual-walk", data, tmp_path)
+    drawings.draw("residual-walk", data, tmp_path)
     assert saved("residual_walk", tmp_path) == json.loads(json.dumps(data))
     (tmp_path / "residual_walk.json").write_text(json.dumps(dict(data, first_rejected=0.25)))
     with pytest.raises(AssertionError, match="was not drawn from"):
@@ -212,3 +216,88 @@ def test_the_figures_command_draws_the_worked_examples(tmp_path, capsys):
     assert saved("cost_curve", tmp_path) == saved("cost_curve")
     err = refused(figures.main, ["cost-curve", "--forward-cost", str(ROOT / "README.md"), "--out", str(tmp_path)], capsys)
     assert re.search(r"--forward-cost .*README.md is not the forward_cost.json", err) and "Traceback" not in err
+
+
+def figures_of(doc: Path, text: str | None = None) -> list[tuple[int, str, Path, str]]:
+    """(line number, chapter, PNG, caption) of every image line of a document: its chapter is the
+    number of the walkthrough's `## N` heading above it (elsewhere none: "")."""
+    lines, chapter, out = (doc.read_text() if text is None else text).splitlines(), "", []
+    for i, line in enumerate(lines):
+        heading = re.match(r"## (\d+) ", line)
+        if heading and doc.name == "walkthrough.md":
+            chapter = heading.group(1)
+        image = IMAGE.match(line)
+        if image:
+            out.append((i + 1, chapter, (doc.parent / image.group(1)).resolve(), lines[i + 1] if i + 1 < len(lines) else ""))
+    return out
+
+
+def machine_of(report: dict) -> str | None:
+    """The machine a saved report records (its device, with its threads where kept apart); None for
+    a bare "cpu" or none."""
+    device = report.get("device")
+    if not device or device.split(" ")[0] == "cpu":
+        return None
+    threads = report.get("threads")
+    return device if not threads or "thread" in device else f"{device}, {threads} thread" + "s" * (threads > 1)
+
+
+def caption_problems(doc: Path, text: str | None = None) -> list[str]:
+    """Figures not numbered in order ("Figure C.N." in the walkthrough, C its chapter; "Figure N."
+    elsewhere), without a one-line italic caption right below the image, or whose caption does not
+    name the machine of the report it was drawn from: the JSON beside the PNG, else the `docs/....json`
+    the caption cites. A figure with neither is arithmetic, or the caption names no source."""
+    bad, count = [], {}
+    for line, chapter, png, caption in figures_of(doc, text):
+        count[chapter] = count.get(chapter, 0) + 1
+        number = f"{chapter}.{count[chapter]}" if chapter else f"{count[chapter]}"
+        where = f"{doc.name}:{line} {png.name}"
+        if not re.fullmatch(rf"\*Figure {re.escape(number)}\. [^*]+\*", caption.replace(r"\*", "")):
+            bad.append(f"{where}: the line below is not the caption *Figure {number}. ...*: {caption[:60]!r}")
+            continue
+        cited = re.findall(r"`(docs/[\w/]+\.json)`", caption)
+        source = png.with_suffix(".json") if png.with_suffix(".json").is_file() else ROOT / cited[0] if cited else None
+        if source is None:
+            if png.name not in ARITHMETIC:
+                bad.append(f"{where}: its caption cites no saved report (`docs/....json`) the figure was drawn from")
+            continue
+        machine = machine_of(json.loads(source.read_text()))
+        if machine is None and png.stem not in FILES.values():
+            bad.append(f"{where}: {source.name} records no machine: measure it again")
+        elif machine is not None and f"Measured on: {machine}." not in caption:
+            bad.append(f"{where}: the caption does not say Measured on: {machine}. ({source.name})")
+    return bad
+
+
+def test_every_figure_is_numbered_with_a_caption_naming_its_machine():
+    """Every figure of the book is numbered in order per chapter, with its caption right below, and
+    a figure drawn from a measurement names the machine its saved report records."""
+    bad = [problem for doc in BOOK for problem in caption_problems(doc)]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_png_of_docs_figures_is_in_the_book():
+    """A PNG under docs/figures/ that no document shows is stale: show it where it teaches or delete
+    it (and the code that draws it)."""
+    shown_ = {png for doc in BOOK for _, _, png, _ in figures_of(doc)}
+    assert all(png.is_file() for png in shown_), [str(p) for p in shown_ if not p.is_file()]
+    unshown = sorted(str(p.relative_to(ROOT)) for p in FIGURES.rglob("*.png") if p.resolve() not in shown_)
+    assert not unshown, f"PNGs no document shows: {unshown}"
+
+
+def test_a_figure_out_of_order_or_naming_no_machine_is_caught():
+    """The caption check fails a figure numbered out of order, one with no caption, and one drawn
+    from a measured report whose caption does not name that machine."""
+    doc = ROOT / "walkthrough.md"
+    lines = doc.read_text().splitlines()
+    at = {png.name: line - 1 for line, _, png, _ in figures_of(doc)}
+    assert not caption_problems(doc)
+    swapped = list(lines)
+    swapped[at["block_coins.png"] + 1] = swapped[at["block_coins.png"] + 1].replace("Figure 7.3.", "Figure 7.4.")
+    assert any("block_coins.png" in p for p in caption_problems(doc, "\n".join(swapped)))
+    bare = list(lines)
+    bare[at["tree_mask.png"] + 1] = ""
+    assert any("tree_mask.png" in p for p in caption_problems(doc, "\n".join(bare)))
+    other = list(lines)
+    other[at["ledger.png"] + 1] = re.sub(r"Measured on: [^*]+\.", "Measured on: NVIDIA H200.", other[at["ledger.png"] + 1])
+    assert any("ledger.png" in p and "Measured on" in p for p in caption_problems(doc, "\n".join(other)))

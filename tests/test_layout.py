@@ -20,8 +20,8 @@ ROOMS = {
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
     "commands": ["cli", "data", "train", "generate"],
-    "bench": ["specs", "peer", "plots", "kernels", "benchmark", "batches", "report", "evaluate", "diagrams", "figures",
-              "command"],
+    "bench": ["specs", "peer", "plots", "kernels", "benchmark", "batches", "report", "evaluate", "diagrams", "drawings",
+              "tables", "eagle_step", "figures", "command"],
     "course": ["assignments", "handouts"],
 }
 ENTRIES = ["generate", "__main__"]
