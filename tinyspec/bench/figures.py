@@ -25,7 +25,8 @@
 - `tables`: every table of README.md, walkthrough.md and docs/*.md marked `<!-- bench: FILE columns=... -->`
   refilled from FILE, its rows kept (or, with `rows=all` in the marker, every row FILE has; with
   `key=FIELD`, FILE's rows whose FIELD the table shows, as chapter 2's forward costs), and the machine
-  FILE records written under it (`tables.py`); `tests/test_docs.py` checks each cell against FILE independently;
+  FILE records written under it, and in each measured figure's caption (`Measured on: ...`) the machine
+  of the report it was drawn from (`tables.py`); `tests/test_docs.py` checks each cell against FILE;
 - `tree-mask`, `tree-step`, `block-coins`, `traversal-coins`, `residual-walk`, `cost-curve`: the book's
   worked examples, from tinyspec's own functions and the shipped weights (`diagrams.py`, drawn by `drawings.py`): a Medusa
   tree and its mask; two greedy Medusa steps as verified; block verification's and traversal's coins
@@ -60,7 +61,7 @@ from .diagrams import DIAGRAMS, block_coins_data, cost_curve_data, residual_walk
 from .drawings import draw
 from .eagle_step import eagle_costs, eagle_tree
 from .plots import pyplot, save, write_batch_plots, write_plots
-from .tables import ROOT, fill_tables
+from .tables import ROOT, fill_captions, fill_tables
 
 FIGURES = ("residual", "speedup", "cost", "bench", "eagle-tree", "eagle-costs", "tables", "tour", *DIAGRAMS)
 COST_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 13, 16, 17, 20, 24, 32, 33, 42, 48, 64)  # 9: lookup:8; 17, 33: 16- and 32-node trees
@@ -101,7 +102,8 @@ def speedup_figure(out: Path) -> Path:
     for c in (0.02, 0.05, 0.1, 0.2, 0.5):
         middle.plot(ks, [expected_speedup(0.8, c, k) for k in ks], marker=".", label=f"c = {c}")
     middle.axhline(1.0, color="grey", lw=0.8)
-    middle.set(xlabel="k (proposals per step)", ylabel="speedup", title=r"$S(0.8, c, k) = \tau\,/\,(kc + 1)$")
+    middle.set(xlabel="k (proposals per step)", ylabel="speedup", title=r"$S(0.8, c, k) = \tau\,/\,(kc + 1)$",
+               xticks=ks[::2])  # k is a count: whole ticks
     middle.legend(fontsize=8)
     cs = [i / 100 for i in range(1, 61)]
     k_max = 8  # as the table beside the figure in chapter 5
@@ -272,7 +274,7 @@ def main(argv=None) -> None:
         filled = {}
         for doc in (ROOT / "README.md", ROOT / "walkthrough.md", *sorted((ROOT / "docs").glob("*.md"))):
             try:  # every document refilled before any is written: a report that names no machine stops them all
-                filled[doc] = fill_tables(doc.read_text(), ROOT)
+                filled[doc] = fill_captions(fill_tables(doc.read_text()), doc.parent)  # the checkout's reports
             except ValueError as e:
                 die(f"{doc.name}: {e}")
         for doc, text in filled.items():

@@ -136,3 +136,21 @@ def fill_tables(text: str, root: Path = ROOT) -> str:
     return BENCH_TABLE.sub(refill, text)
 
 
+
+
+# A figure drawn from a measurement: its image line, then its caption ending `Measured on: MACHINE.*`,
+# MACHINE that of the JSON beside the PNG (a worked example's) or else of the report the caption cites.
+CAPTION = re.compile(r"^!\[[^\]\n]*\]\(([^)\n]+\.png)\)\n(\*Figure [^\n]*?)Measured on: [^\n]*?\.\*$", re.M)
+
+
+def fill_captions(text: str, folder: Path, root: Path = ROOT) -> str:
+    """Every measured figure's caption of a document in `folder` with the machine its report records."""
+    def refill(m):
+        beside = (folder / m.group(1)).with_suffix(".json")
+        cited = re.findall(r"`(docs/[\w/]+\.json)`", m.group(2))
+        path = beside if beside.is_file() else root / cited[0] if cited else None
+        if path is None:
+            raise ValueError(f"the caption of {m.group(1)} cites no saved report (`docs/....json`) to read its machine from")
+        report = json.loads(path.read_text())
+        return m.group(0)[:m.start(2) - m.start(0)] + f"{m.group(2)}Measured on: {machine(report, str(path))}.*"
+    return CAPTION.sub(refill, text)
