@@ -854,6 +854,34 @@ def test_every_measured_table_names_its_machine(doc):
     assert not bad, f"{doc.name}: run python -m tinyspec figures tables\n" + "\n".join(bad)
 
 
+MEASURED_HEADER = re.compile(TIMING_HEADER.pattern + r"|\bms\b|µs", re.I)
+
+
+def unmarked_problems(text: str, root: Path = ROOT):
+    """Tables of measurements with no `<!-- bench: -->` marker (the instructor's guide's, say) whose
+    next lines are not a blank line and `*Measured on: ...*` naming the machine of a report their
+    section cites (the text since the last heading, or the line itself)."""
+    lines = text.splitlines()
+    for i in range(1, len(lines) - 1):
+        if not (lines[i].startswith("|") and lines[i + 1].startswith("|---") and not lines[i - 1].startswith("|")
+                and MEASURED_HEADER.search(lines[i]) and not lines[i - 1].startswith("<!-- ")):
+            continue
+        end = next((j for j in range(i, len(lines)) if not lines[j].startswith("|")), len(lines))
+        below = lines[end:end + 2]
+        heading = max((j for j in range(i) if lines[j].startswith("#")), default=0)
+        cited = {s for s in SOURCE.findall("\n".join(lines[heading:i] + below[1:])) if s.endswith(".json")}
+        machines = {m for m in (machine_of(json.loads((root / s).read_text())) for s in cited if (root / s).is_file()) if m}
+        if len(below) < 2 or below[0] or not below[1].startswith("*Measured on: ") \
+                or not any(m in below[1] for m in machines):
+            yield f"line {i + 1}: {lines[i][:50]}: no *Measured on: ...* line naming the machine of {sorted(cited) or 'a cited report'}"
+
+
+@pytest.mark.parametrize("doc", sorted((ROOT / "docs").glob("*.md")), ids=lambda d: d.name)
+def test_every_unmarked_table_of_measurements_names_its_machine(doc):
+    bad = list(unmarked_problems(doc.read_text()))
+    assert not bad, f"{doc.name}:\n" + "\n".join(bad)
+
+
 def test_a_table_without_its_machine_is_caught(tmp_path):
     """The check fails a table with no machine line, or another machine's, or a report that names
     none; and the refill refuses such a report rather than guess."""
@@ -870,6 +898,12 @@ def test_a_table_without_its_machine_is_caught(tmp_path):
     assert list(machine_problems(good, tmp_path))
     with pytest.raises(ValueError, match="does not record the machine"):
         fill_tables(good, tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "r.json").write_text(json.dumps({"device": "NVIDIA H200", "rows": []}))
+    guide = "## Expected\nOn `docs/r.json`'s GPU:\n\n| method | tok/s |\n|---|---|\n| `ar` | 900 |\n"
+    assert list(unmarked_problems(guide + "\nProse.\n", tmp_path))
+    assert list(unmarked_problems(guide + "\n*Measured on: AMD EPYC (AVX2), 1 thread.*\n", tmp_path))
+    assert not list(unmarked_problems(guide + "\n*Measured on: NVIDIA H200.*\n", tmp_path))
 
 
 def test_the_table_generator_agrees_with_the_check(tmp_path):
