@@ -264,6 +264,31 @@ def test_a_noisy_sizing_is_measured_again_on_the_next_run(disagreeing, tmp_path,
     assert "a busy machine; the next run measures again" in noisy.describe()
 
 
+def test_a_measurement_made_while_the_machine_was_busy_is_made_once_more(disagreeing, tmp_path, monkeypatch):
+    """Made-up measurements: the first one's plain passes disagreed by 60%, so sizing measures once
+    more (its progress lines saying so) and keeps the quieter; where both were noisy, the quieter
+    of the two, and its line says the next run measures again."""
+    target, draft = disagreeing
+    proposer, lines = DraftModel(target, draft), []
+    for noises, kept in (([0.6, 0.1], 0.1), ([0.6, 0.4], 0.4), ([0.1], 0.1)):
+        made = iter(noises)
+
+        def measure(*args, progress, **kwargs):
+            progress("sizing draft at T = 0: prompt 1 of 3")
+            s = made_up(k2=(3.0, 1.5))
+            s.noise, s.measured_s = next(made), 1.0
+            return s
+        monkeypatch.setattr(sizing, "measure", measure)
+        lines.clear()
+        s = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, remeasure=True, sizes=["1", "2"],
+                        progress=lines.append)
+        assert s.noise == kept and s.measured_s == len(noises) and len(lines) == len(noises)
+        assert lines[1:] == ["sizing draft at T = 0: prompt 1 of 3 (again: its plain steps, timed twice, differed "
+                             "by 60%)"][:len(noises) - 1]
+        assert ("the next run measures again" in s.describe()) == (kept > sizing.NOISE)
+        assert json.loads(open(s.path).read())["noise"] == kept
+
+
 def test_the_noise_is_how_far_the_plain_passes_before_and_after_the_sizes_disagree(disagreeing, monkeypatch):
     """Made-up clocks: the plain passes after the sizes take twice the steps' time of those before
     (the machine grew busy in between): noise 100%; a steady machine: none."""
