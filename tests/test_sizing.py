@@ -210,7 +210,7 @@ def planted(path, plain=1.0, steps=1.0, **fields):
     C(plain) times `plain`, each size's C, F(n) and F(fed) times `steps`; its plain passes agreed
     (noise 0) unless `fields` say otherwise."""
     saved = json.loads(open(path).read())
-    fields = {"noise": 0.0} | fields if "noise" in saved else fields
+    fields = {"noise": 0.0} | fields if "noise" in saved else fields  # (sizing before it recorded noise: none)
     saved["plain_s"] *= plain
     saved["forward"] = {n: s * steps for n, s in saved["forward"].items()}
     for row in saved["shapes"]:
@@ -251,8 +251,8 @@ def test_a_sizing_whose_plain_steps_were_slowed_does_not_make_the_run_speculate(
 
 
 def test_a_noisy_sizing_is_measured_again_on_the_next_run(disagreeing, tmp_path, monkeypatch):
-    """A measurement whose plain passes before and after the sizes disagreed was made on a busy
-    machine: this run uses it and says so, the next measures again, whatever a plain step takes now."""
+    """A cached measurement whose plain passes before and after the sizes disagreed was made on a
+    busy machine: the next run measures again, whatever a plain step takes now, and says why."""
     target, draft = disagreeing
     proposer = DraftModel(target, draft)
     first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
