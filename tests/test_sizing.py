@@ -138,8 +138,9 @@ def test_measure_times_every_size_and_counts_what_it_accepted(models):
         assert r["steps"] > 0 and r["seconds"] > 0 and 0 <= r["accepted"] <= int(r["size"])
 
 
-def test_sizes_are_measured_once_and_read_after(models, tmp_path):
+def test_sizes_are_measured_once_and_read_after(models, tmp_path, monkeypatch):
     target, draft = models
+    monkeypatch.setattr(sizing, "NOISE", float("inf"))  # the reading, not the check of a busy machine (below)
     proposer = DraftModel(target, draft)
     first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
     assert first.measured_s > 0 and len(list(tmp_path.iterdir())) == 1
@@ -199,3 +200,142 @@ def test_no_prediction_for_a_size_sizing_never_timed():
     s = Sizing("lookup", 1.0, [{"size": "4", "steps": 0, "seconds": None, "accepted": 0.0, "forward_s": None}], FORWARD)
     assert s.predicted_s({("0", 1): 5, ("4", 5): 3}, 1, 0.5) is None
     assert s.predicted_s({("0", 1): 5}, 1, 0.5) == 0.5 + 4 * 1.0
+
+
+# issue 54, item 6: a sizing measured while the machine was busy steered every later run
+
+
+def planted(path, plain=1.0, steps=1.0, **fields):
+    """Rewrite the cached sizing at `path` as a machine of another load would have measured it:
+    C(plain) times `plain`, each size's C, F(n) and F(fed) times `steps`; its plain passes agreed
+    (noise 0) unless `fields` say otherwise."""
+    saved = json.loads(open(path).read())
+    fields = {"noise": 0.0} | fields if "noise" in saved else fields  # (sizing before it recorded noise: none)
+    saved["plain_s"] *= plain
+    saved["forward"] = {n: s * steps for n, s in saved["forward"].items()}
+    for row in saved["shapes"]:
+        row["seconds"], row["forward_s"] = row["seconds"] * steps, row["forward_s"] * steps
+    with open(path, "w") as f:
+        json.dump(saved | fields, f)
+    return Sizing(**saved | fields)
+
+
+@pytest.fixture(scope="module")
+def disagreeing(models):
+    """A draft that seldom agrees with the target, and cheaply: no size of it pays."""
+    return models[0], random_gpt(vocab_size=64, n_ctx=128, n_layer=1, n_embd=16, scale=4.0, seed=7)
+
+
+def test_a_sizing_measured_on_a_busier_machine_is_measured_again(disagreeing, tmp_path):
+    """Every cost of the cached sizing three times what the machine takes now (measured while it
+    was three times busier): a plain step timed now disagrees, and sizing measures again and says so."""
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    planted(first.path, plain=3.0, steps=3.0)
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert again.measured_s > 0 and "ms then" in again.why and "measured again" in again.describe()
+    assert json.loads(open(first.path).read())["plain_s"] == again.plain_s != 3 * first.plain_s  # the file, anew
+
+
+def test_a_sizing_whose_plain_steps_were_slowed_does_not_make_the_run_speculate(disagreeing, tmp_path):
+    """The harm a busy machine does: its slow spell lengthened the plain passes (C(plain) three
+    times), so every size looked three times cheaper, and the run speculated where it loses. Read
+    now, the sizing is measured again and the run takes plain steps, as plain decoding does."""
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert planted(first.path, plain=3.0).chosen() is not None  # the planted file would speculate
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert again.measured_s > 0 and again.chosen() is None and not again.policy().may_speculate(1)
+
+
+def test_a_noisy_sizing_is_measured_again_on_the_next_run(disagreeing, tmp_path, monkeypatch):
+    """A cached measurement whose plain passes before and after the sizes disagreed was made on a
+    busy machine: the next run measures again, whatever a plain step takes now, and says why."""
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    planted(first.path, noise=0.6)
+    monkeypatch.setattr(sizing, "plain_now", lambda *args: first.plain_s)  # a plain step now: as cached
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert again.measured_s > 0 and "differed by 60%" in again.why
+    noisy = Sizing(**{**again.__dict__, "noise": 0.6})
+    assert "a busy machine; the next run measures again" in noisy.describe()
+
+
+def test_a_measurement_made_while_the_machine_was_busy_is_made_once_more(disagreeing, tmp_path, monkeypatch):
+    """Made-up measurements: the first one's plain passes disagreed by 60%, so sizing measures once
+    more (its progress lines saying so) and keeps the quieter; where both were noisy, the quieter
+    of the two, and its line says the next run measures again."""
+    target, draft = disagreeing
+    proposer, lines = DraftModel(target, draft), []
+    for noises, kept in (([0.6, 0.1], 0.1), ([0.6, 0.4], 0.4), ([0.1], 0.1)):
+        made = iter(noises)
+
+        def measure(*args, progress, **kwargs):
+            progress("sizing draft at T = 0: prompt 1 of 3")
+            s = made_up(k2=(3.0, 1.5))
+            s.noise, s.measured_s = next(made), 1.0
+            return s
+        monkeypatch.setattr(sizing, "measure", measure)
+        lines.clear()
+        s = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, remeasure=True, sizes=["1", "2"],
+                        progress=lines.append)
+        assert s.noise == kept and s.measured_s == len(noises) and len(lines) == len(noises)
+        assert lines[1:] == ["sizing draft at T = 0: prompt 1 of 3 (again: its plain steps, timed twice, differed "
+                             "by 60%)"][:len(noises) - 1]
+        assert ("the next run measures again" in s.describe()) == (kept > sizing.NOISE)
+        assert json.loads(open(s.path).read())["noise"] == kept
+
+
+def test_the_noise_is_how_far_the_plain_passes_before_and_after_the_sizes_disagree(disagreeing, monkeypatch):
+    """Made-up clocks: the plain passes after the sizes take twice the steps' time of those before
+    (the machine grew busy in between): noise 100%; a steady machine: none."""
+    target, draft = disagreeing
+    real = sizing.timed_steps
+    for after, noise in ((2.0, 1.0), (1.0, 0.0)):
+        calls = []
+
+        def timed_steps(steps):  # measure's passes per prompt: plain, k = 1, k = 2, plain
+            n = len(calls)
+            calls.append(n)
+            for _, step in real(steps):
+                yield (after if n % 4 == 3 else 1.0), step
+        monkeypatch.setattr(sizing, "timed_steps", timed_steps)
+        s = sizing.measure(target, DraftModel(target, draft), None, prompts(), Sampling(0.0), ["1", "2"])
+        assert s.noise == pytest.approx(noise) and s.plain_s == pytest.approx((1 + after) / 2)
+
+
+def test_a_sizing_that_a_plain_step_now_confirms_is_read(disagreeing, tmp_path, monkeypatch):
+    """Within the noise, the cached sizing stands: nothing measured again."""
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    planted(first.path)  # (measured without noise)
+    monkeypatch.setattr(sizing, "plain_now", lambda *args: first.plain_s * 1.2)
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert again.measured_s == 0 and not again.why and again.shapes == first.shapes
+    monkeypatch.setattr(sizing, "plain_now", lambda *args: first.plain_s * 1.3)  # beyond it: measured again
+    assert sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"]).why
+
+
+@pytest.mark.slow
+def test_a_run_read_from_a_slowed_sizing_keeps_plain_decodings_speed(disagreeing, tmp_path):
+    """The same, by the clock: the run at --size auto, its sizing's C(plain) planted at three times,
+    against plain decoding, the passes in turn, the best of nine each (a busy machine slows some
+    passes, never speeds one up): at least 0.95 of plain decoding's speed."""
+    import time
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    planted(first.path, plain=3.0)
+    sized = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    decoders, seconds = {"plain": Decoder(target), "auto": Decoder(target, proposer, policy=sized.policy())}, {}
+    for r in range(9):
+        for name, decoder in list(decoders.items())[::1 if r % 2 else -1]:  # each first in turn
+            t0 = time.perf_counter()
+            for p in prompts(4):
+                run(decoder.steps(p, Sampling(0.0), None, 60))
+            seconds.setdefault(name, []).append(time.perf_counter() - t0)
+    assert min(seconds["plain"]) / min(seconds["auto"]) >= 0.95, seconds

@@ -27,7 +27,15 @@ the first eight.
 
 The measurement is cached in the sizing folder (`DIRECTORY`), keyed by the device, dtype,
 threads, torch version, the weights, the method's settings, the sampling settings and the rule,
-so later runs start at once (`--remeasure` measures again). The result becomes a
+so later runs start at once (`--remeasure` measures again). A measurement made while the machine
+was busy would steer every later run: a slow spell that lengthens the plain passes more than the
+sizes' makes every size look cheaper than it is, and the run speculates where it loses. So the
+measurement records its `noise`, how far the plain passes before the sizes and those after them
+(the same steps timed twice) disagree, and where they disagree by more than `NOISE` it is made once
+more, the quieter of the two kept; and a later run, before it trusts a cached sizing, times
+plain steps now (`plain_now`, a fraction of a second). Where the cached plain passes disagreed,
+or a plain step now and the cached C(plain) do, by more than `NOISE`, the machine is not the one
+that was measured: sizing measures again, and its line says why. The result becomes a
 `policy.Policy` whose menu is every measured size: the chosen one while the text accepts as
 held-out text did, smaller ones or plain steps where it accepts less.
 """
@@ -58,7 +66,8 @@ from .timing import forward_call, interleaved_medians
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts.jsonl"
 PER_CATEGORY, NEW_TOKENS = 1, 32  # sizing prompts per category, tokens decoded from each
-VERSION = 5  # of the measurement: a cached file of another version is measured again
+VERSION = 6  # of the measurement: a cached file of another version is measured again
+NOISE = 0.25  # two timings of the same plain steps that differ by more (max / min - 1): a machine busy in between
 
 
 def candidates(proposer: Method, n_ctx: int) -> list[str]:
@@ -91,8 +100,10 @@ class Sizing:
     shapes: list[dict]
     forward: dict = field(default_factory=dict)
     key: dict = field(default_factory=dict)
+    noise: float = 0.0
     measured_s: float = 0.0
     path: str = ""
+    why: str = ""  # why it was measured again, though a cached sizing was there
 
     def speedup(self, row: dict) -> float:
         """Predicted tokens/s over plain decoding's for steps of this size: (1 + A) C(plain) / C."""
@@ -148,6 +159,11 @@ class Sizing:
         """One line: what was chosen here and why."""
         best = self.chosen()
         where = f"measured in {self.measured_s:.1f} s" if self.measured_s else "measured earlier"
+        if self.why:
+            where += f" ({self.why}: measured again)"
+        if self.noise > NOISE:
+            where += f" (its plain steps, timed twice, differed by {self.noise:.0%}: a busy machine; the next run " \
+                     "measures again)"
         if not self.menu():
             return f"{self.method} --size auto: no step proposed anything on the sizing prompts: plain steps; " \
                    f"{where}, {self.path}"
@@ -167,14 +183,12 @@ def measure(target, proposer: Method, rule: str | None, prompts: list[list[int]]
             progress: Callable[[str], None] | None = None) -> Sizing:
     """C and A of every size of `proposer` in `sizes`, and C(plain), decoding `prompts` (one warm-up
     pass on the first, untimed)."""
-    n_ctx = target.config.n_ctx
-    new_tokens = min(new_tokens or NEW_TOKENS, n_ctx // 4)  # a small context: shorter runs, the ends of the prompts
-    longest = max(proposer.room(proposer.shape(s)) for s in sizes)
-    prompts = [p[-(n_ctx - new_tokens - longest - 2):] for p in prompts]
+    prompts, new_tokens = fitted(target, proposer, sizes, prompts, new_tokens)
     decoders = [Decoder(target, proposer, size, rule=rule) for size in sizes]
     plain = Decoder(target)
     times, fed = {i: [] for i in range(len(sizes))}, {i: [] for i in range(len(sizes))}
     accepted, plain_times, t0 = {i: [] for i in range(len(sizes))}, [], time.perf_counter()
+    halves = ([], [])  # the plain steps timed before the sizes, and after them
     for p, prompt in enumerate([prompts[0]] + prompts):  # the first pass warms up
         if progress:
             what = f"sizing {proposer.name}" + (f"@{rule}" if rule else "") + f" at T = {sampling.temperature:g}"
@@ -182,25 +196,74 @@ def measure(target, proposer: Method, rule: str | None, prompts: list[list[int]]
         # every size in turn on the same prompt, between two plain passes: C(plain) is then timed across
         # the same spell of the machine as the sizes (a drift within the round weighs on both ends)
         runs = [(None, plain)] + list(enumerate(decoders)) + [(None, plain)]
-        for i, dec in runs:
+        for j, (i, dec) in enumerate(runs):
             generator = torch.Generator(device=target.lm_head.weight.device).manual_seed(seed + p)
             for seconds, step in timed_steps(dec.steps(prompt, sampling, generator, new_tokens)):
                 if p == 0:
                     continue
                 if i is None:
                     plain_times.append(seconds)
+                    halves[j > 0].append(seconds)
                 elif step.size != PLAIN:  # a step of the size (a lookup may find nothing: a plain step)
                     times[i].append(seconds)
                     accepted[i].append(step.accepted)
                     fed[i].append(step.fed)
     widest = max((n for f in fed.values() for n in f), default=1)
     sizing = Sizing(proposer.name, statistics.fmean(plain_times), [], forward_costs(target, widest))
+    sizing.noise = disagree(*map(statistics.fmean, halves))  # the same steps twice: what the machine did in between
     sizing.shapes = [{"size": size, "steps": len(times[i]), "seconds": statistics.fmean(times[i]) if times[i] else None,
                       "accepted": statistics.fmean(accepted[i]) if accepted[i] else 0.0,
                       "forward_s": statistics.fmean(map(sizing.forward_s, fed[i])) if fed[i] else None}
                      for i, size in enumerate(sizes)]
     sizing.measured_s = time.perf_counter() - t0
     return sizing
+
+
+def fitted(target, proposer: Method, sizes: list[str], prompts: list[list[int]],
+           new_tokens: int | None = None) -> tuple[list[list[int]], int]:
+    """The sizing prompts and the tokens decoded from each, as `measure` decodes them: fewer tokens
+    in a small context, and the ends of the prompts that leave room for them and the widest size."""
+    n_ctx = target.config.n_ctx
+    new_tokens = min(new_tokens or NEW_TOKENS, n_ctx // 4)
+    longest = max(proposer.room(proposer.shape(s)) for s in sizes) if sizes else 0
+    return [p[-(n_ctx - new_tokens - longest - 2):] for p in prompts], new_tokens
+
+
+def disagree(a: float, b: float) -> float:
+    """How far two timings of the same work differ: the larger over the smaller, less one."""
+    return max(a, b) / min(a, b) - 1
+
+
+@torch.no_grad()
+def plain_now(target, prompts: list[list[int]], sampling: Sampling, new_tokens: int, seed: int = 0) -> float:
+    """C(plain) timed now, as `measure` times it, at half the cost: the mean plain step of a pass
+    over each prompt decoding half its tokens (after a short untimed one: a process's first steps
+    run cold). A step's cost hardly depends on where in the text it is: half the tokens will do."""
+    plain, times = Decoder(target), []
+    for p, prompt in enumerate([prompts[0]] + prompts):
+        generator = torch.Generator(device=target.lm_head.weight.device).manual_seed(seed + p)
+        if p == 0:  # the warm-up
+            list(plain.steps(prompt, sampling, generator, 4))
+            continue
+        times += [s for s, _ in timed_steps(plain.steps(prompt, sampling, generator, max(2, new_tokens // 2)))]
+    return statistics.fmean(times)
+
+
+def why_stale(sizing: Sizing, target, sampling: Sampling, prompts: list[list[int]], new_tokens: int) -> str:
+    """Why a cached sizing does not describe the machine now, or "" if it does: its plain passes
+    disagreed (it was measured while the machine was busy), or a plain step now does not take its
+    C(plain) (the machine was busier when it was measured, or is now). Plain steps are timed now
+    twice at most, the closer time counting, so that one slow spell does not discard a good
+    measurement."""
+    if sizing.noise > NOISE:
+        return f"its plain steps, timed twice, differed by {sizing.noise:.0%}"
+    now = None
+    for _ in range(2):
+        seconds = plain_now(target, prompts, sampling, new_tokens)
+        now = seconds if now is None else min(now, seconds, key=lambda s: disagree(s, sizing.plain_s))
+        if disagree(now, sizing.plain_s) <= NOISE:
+            return ""
+    return f"a plain step took {sizing.plain_s * 1e3:.3g} ms then, {now * 1e3:.3g} ms now"
 
 
 def forward_costs(target, widest: int) -> dict[str, float]:
@@ -264,22 +327,34 @@ def size(target, proposer: Method, rule: str | None, prompts: list[list[int]], s
          directory: str | Path | None = None, remeasure: bool = False, progress: Callable[[str], None] | None = None,
          sizes: list[str] | None = None) -> Sizing:
     """The sizing of `proposer` on this device: read from `directory` if it was measured for the
-    same key, else measured now (`measure`) and saved there. sizes: to measure (default:
-    `candidates`)."""
+    same key and still describes the machine (`why_stale`), else measured now (`measure`), once
+    more if the machine was busy meanwhile (the quieter of the two kept), and saved there. sizes:
+    to measure (default: `candidates`)."""
     sizes = sizes if sizes is not None else candidates(proposer, target.config.n_ctx)
     key = cache_key(target, proposer, rule, sampling) | {"sizes": sizes}
     name = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     path = Path(directory or DIRECTORY) / f"{proposer.name}-{name}.json"
+    why = ""
     if path.is_file() and not remeasure:
         try:
             saved = json.loads(path.read_text())
-            if saved.get("key") == key:
-                return Sizing(**{**saved, "measured_s": 0.0, "path": str(path)})
-        except (json.JSONDecodeError, TypeError):  # a damaged file: measure again, and write it anew
-            pass
+            cached = Sizing(**{**saved, "measured_s": 0.0, "path": str(path)}) if saved.get("key") == key else None
+        except (json.JSONDecodeError, TypeError, AttributeError):  # a damaged file: measure again, write it anew
+            cached = None
+        if cached is not None:
+            why = why_stale(cached, target, sampling, *fitted(target, proposer, sizes, prompts))
+            if not why:
+                return cached
     sizing = measure(target, proposer, rule, prompts, sampling, sizes, progress=progress)
-    sizing.key, sizing.path = key, str(path)
-    atomic_write_json(path, {k: v for k, v in asdict(sizing).items() if k not in ("measured_s", "path")}
+    if sizing.noise > NOISE:  # the machine was busy meanwhile: once more, and the quieter kept
+        again = f" (again: its plain steps, timed twice, differed by {sizing.noise:.0%})"
+        second = measure(target, proposer, rule, prompts, sampling, sizes,
+                         progress=progress and (lambda line: progress(line + again)))
+        spent = sizing.measured_s + second.measured_s
+        sizing = min(sizing, second, key=lambda s: s.noise)
+        sizing.measured_s = spent
+    sizing.key, sizing.path, sizing.why = key, str(path), why
+    atomic_write_json(path, {k: v for k, v in asdict(sizing).items() if k not in ("measured_s", "path", "why")}
                       | {"measured_s": round(sizing.measured_s, 2)})
     return sizing
 
