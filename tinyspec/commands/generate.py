@@ -43,8 +43,8 @@ from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from ..trace import Trace
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_method_flags, check_input, check_method_flags, check_output, check_prompts, check_tokenizer, die, examples,
-                  load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
+                  add_method_flags, check_input, check_method_flags, check_output, check_prompts, check_tokenizer, die,
+                  examples, load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
                   set_threads, use_attention, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
