@@ -156,6 +156,23 @@ NOTHING = contextlib.nullcontext()  # one, reused: a plain step should not pay f
 NO_CLOCK = Clock()
 
 
+class Observer:
+    """What the loop shows whoever watches it (`trace.py` draws every step of a run); this one
+    watches nothing, so the loop does no work for it. rule(accept): the rule the rows are judged
+    by (a watcher wraps it to hear its coins); verified(...): a row's step, once judged."""
+
+    def rule(self, accept):
+        return accept
+
+    def verified(self, row: Row, proposal, fed: Fed, p: torch.Tensor, path: torch.Tensor, before: int,
+                 step: Step) -> None:
+        """p (n, V): the target's distribution after the root and each node; path: the indices kept;
+        before: the row's cache length when the step began (the root goes to that slot)."""
+
+
+NO_OBSERVER = Observer()
+
+
 # ---- the parts of a step ----------------------------------------------------------------------
 
 def last(h: list[torch.Tensor]) -> torch.Tensor:
@@ -198,7 +215,7 @@ def prefill(target: GPT, cache: KVCache, rows: list[Row], sampling: Sampling) ->
 
 
 def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, sampling: Sampling, size: str,
-           clock: Clock = NO_CLOCK) -> list[Verified]:
+           clock: Clock = NO_CLOCK, observer: Observer = NO_OBSERVER) -> list[Verified]:
     """Steps 3-4 for every row at once: ONE target forward over each row's root and proposal, then
     each row's rule and its cache's compaction. A row without a proposal takes a plain step: its
     token comes from the target's distribution after its root, as plain decoding takes it (all
@@ -229,6 +246,7 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
         if prop is not None:  # (a plain step fed its root alone, and the cache holds just that)
             with clock.part("cache"):
                 cache.keep([before[b] + i for i in kept.tolist()], b)  # the root (slot L) and the accepted path, compacted
+        observer.verified(r, prop, f, p[b], path, before[b], step)
         out.append(Verified(step, h[b], kept))
     return out
 
@@ -238,7 +256,8 @@ def verify(target: GPT, cache: KVCache, rows: list[Row], proposals: list, rule, 
 @torch.no_grad()
 def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: Sampling, generators: list,
            max_new_tokens: int, stop_id: int | None = None, shapes: dict | None = None, policy=None,
-           rule: str = "greedy", cache: KVCache | None = None, clock: Clock = NO_CLOCK) -> Steps:
+           rule: str = "greedy", cache: KVCache | None = None, clock: Clock = NO_CLOCK,
+           observer: Observer = NO_OBSERVER) -> Steps:
     """Decode every row (prompt i is row i, sampling with generators[i]) with `proposer`, each up
     to max_new_tokens new tokens or its end of text (`stop_id`), or the end of its context;
     yields what each target forward gave each row (`Step`, which says when its row stops).
@@ -248,7 +267,8 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
     and hears what was accepted (`speed/policy.py`). rule: the acceptance rule's name
     (`verify.RULES`, as the proposer reads it: `Proposer.rule`). cache: the target's, reused if
     given (emptied first), with room for the context and one step. clock: times the parts of each
-    step (`speed/ledger.py`). (The same step written for the device: `kernels/step.py`.)"""
+    step (`speed/ledger.py`); observer: sees each row's rule and what it judged (`trace.py`).
+    (The same step written for the device: `kernels/step.py`.)"""
     shapes = shapes or {}
     fixed = next(iter(shapes), None) if policy is None else None
     n_ctx = min(target.config.n_ctx, proposer.n_ctx or target.config.n_ctx)
@@ -261,7 +281,7 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
     if shapes:  # (a loop that never proposes never starts its proposer: plain decoding pays for nothing more)
         with clock.part("propose"):
             proposer.start(rows, hidden, slots)
-    accept, sampled = proposer.rule(rule), rule in SAMPLED  # sampled: the rule needs nodes drawn from q
+    accept, sampled = observer.rule(proposer.rule(rule)), rule in SAMPLED  # sampled: the rule needs nodes drawn from q
     steps = {r.id: ended(Step([int(r.root)], [TARGET]), r, max_new_tokens, stop_id, L >= n_ctx)
              for r, L in zip(rows, cache.lengths)}
     while rows:
@@ -279,7 +299,7 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
             with clock.part("propose"):
                 proposals = proposer.propose(rows, shapes[size], [n_ctx - 1 - L for L in cache.lengths], sampling,
                                              sampled)
-        verified = verify(target, cache, rows, proposals, accept, sampling, size, clock)  # 3-4
+        verified = verify(target, cache, rows, proposals, accept, sampling, size, clock, observer)  # 3-4
         for r, v in zip(rows, verified):
             r.text += v.step.tokens
         if shapes:  # 5. what the proposer keeps between steps (a plain step's tokens too: its index, its features)

@@ -15,6 +15,8 @@ how it judges a's children. Every rule here has one signature,
   long tensor;
 - next_token: the target's own token after the path (a correction, or a bonus at a leaf), a
   0-d tensor, as `sample` returns for one row;
+- note (optional, None): called note(node, **facts) with what the rule saw at each node it
+  judged (its coin u, min(1, p/q), ...), for a trace of the run (`trace.py`); never when None;
 
 and they sit in one table, `RULES`, by name:
 
@@ -62,32 +64,39 @@ def longest_accepted_path(ok: torch.Tensor, tree: Tree) -> torch.Tensor:
     return tree.paths[best, :n]
 
 
-def greedy(tokens: torch.Tensor, p: torch.Tensor, tree: Tree, q=None, generator=None):
+def greedy(tokens: torch.Tensor, p: torch.Tensor, tree: Tree, q=None, generator=None, note=None):
     """A node is acceptable when it is the target's argmax at its parent; the longest such
     path wins, and the argmax after it is the next token."""
     argmax = p.argmax(-1)  # (T+1,): the target's choice after each token
+    for a, want in enumerate(argmax[tree.parent_index].tolist() if note else (), 1):
+        note(a, want=want)
     ok = torch.cat([tokens.new_ones(1, dtype=torch.bool), tokens[1:] == argmax[tree.parent_index]])
     path = longest_accepted_path(ok, tree)
     return path, argmax[path[-1]]
 
 
-def typical(tokens, p, tree: Tree, q=None, generator=None, epsilon: float = 0.09, delta: float = 0.3):
+def typical(tokens, p, tree: Tree, q=None, generator=None, note=None, epsilon: float = 0.09, delta: float = 0.3):
     """Medusa's typical acceptance (Cai et al. 2024; epsilon and delta as in their code)."""
     entropy = -(p * p.clamp(min=1e-10).log()).sum(-1)  # (T+1,)
     threshold = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
     parents = tree.parent_index
     ok = torch.cat([tokens.new_ones(1, dtype=torch.bool), p[parents, tokens[1:]] > threshold[parents]])
+    for a, bar in enumerate(threshold[parents].tolist() if note else (), 1):
+        note(a, threshold=bar)
     path = longest_accepted_path(ok, tree)
     return path, sample(p[path[-1]], generator)
 
 
-def _walk(tokens, p, tree: Tree, q_of, generator):
+def _walk(tokens, p, tree: Tree, q_of, generator, note=None):
     """Multi-candidate rejection down the tree. q_of(a): the distribution node a was drawn from."""
     node, path, p_node = 0, [0], p[0]
     while True:
         for child in tree.children(node):
             x, q = int(tokens[child]), q_of(child)
-            if float(torch.rand((), device=p.device, generator=generator)) * q[x] < p_node[x]:  # r < p(x) / q(x)
+            r = float(torch.rand((), device=p.device, generator=generator))
+            if note:
+                note(child, u=r, ratio=min(1.0, float(p_node[x] / q[x])))
+            if r * q[x] < p_node[x]:  # r < p(x) / q(x)
                 break
             p_node = residual(p_node, q)  # rejected: the next sibling is judged against what is left
         else:  # no child accepted (or a leaf): the next token comes from what is left of p
@@ -96,20 +105,21 @@ def _walk(tokens, p, tree: Tree, q_of, generator):
         path.append(child)
 
 
-def lossless(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
+def lossless(tokens, p, tree: Tree, q: torch.Tensor, generator=None, note=None):
     """SpecInfer's multi-candidate speculative sampling, for trees whose siblings were drawn
     independently from q[child] (the same q for all children of one node)."""
-    return _walk(tokens, p, tree, lambda child: q[child], generator)
+    return _walk(tokens, p, tree, lambda child: q[child], generator, note)
 
 
-def pointmass(tokens, p, tree: Tree, q=None, generator=None):
+def pointmass(tokens, p, tree: Tree, q=None, generator=None, note=None):
     """The same walk with q a point mass at each (deterministic) candidate: accept x with
     probability p'(x), where p' is p without the siblings already rejected, renormalised."""
     V = p.shape[-1]
-    return _walk(tokens, p, tree, lambda child: torch.nn.functional.one_hot(tokens[child], V).to(p.dtype), generator)
+    return _walk(tokens, p, tree, lambda child: torch.nn.functional.one_hot(tokens[child], V).to(p.dtype), generator,
+                 note)
 
 
-def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
+def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None, note=None):
     """Block verification of a chain x_1..x_k (Sun et al. 2025, Algorithm 2), in their notation
     with Mb = p (target), Ms = q (draft), X^i = x_1..x_i:
 
@@ -138,6 +148,8 @@ def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
     h = torch.cat([torch.where(denominator > 0, S / denominator.clamp(min=1e-30), torch.ones_like(S)), wt[-1:]])
     eta = torch.rand(k, device=p.device, generator=generator, dtype=p.dtype)
     hits = (eta < h).nonzero()
+    for i, (u, h_i, w) in enumerate(zip(eta.tolist(), h.tolist(), weights) if note else (), 1):
+        note(i, u=u, h=h_i, weight=w)
     tau = int(hits[-1]) + 1 if len(hits) else 0
     path = torch.arange(tau + 1, device=tokens.device)
     if tau == k:
@@ -146,7 +158,7 @@ def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
     return path, sample(residual(p_tau * p[tau], q[tau + 1]), generator)
 
 
-def traversal(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
+def traversal(tokens, p, tree: Tree, q: torch.Tensor, generator=None, note=None):
     """Traversal verification (Weng et al. 2025, arXiv:2505.12398), in block verification's
     notation: node a, drawn from q_a = q[a] below its parent b, has the sequence-level weight
 
@@ -179,7 +191,10 @@ def traversal(tokens, p, tree: Tree, q: torch.Tensor, generator=None):
             S = float(R.sum())
             weight = S / (S + 1.0 - weight) if S + 1.0 - weight > 0 else 1.0  # (S = 0 and weight 1: p = q, kept)
             P = R / S if S > 0 else P
-        if float(torch.rand((), device=p.device, generator=generator)) < weight:
+        r = float(torch.rand((), device=p.device, generator=generator))
+        if note:
+            note(node, u=r, weight=weight)
+        if r < weight:
             return [node], sample(P, generator)
         return None
     path, nxt = visit(0, 1.0, p[0])  # the root's weight is 1: it is always accepted in the end

@@ -6,6 +6,7 @@
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --size auto
     python -m tinyspec.generate --prompt "class Stack:" --temperature 0.8 --method medusa --accept pointmass
     python -m tinyspec.generate --prompt "def fibonacci(n):" --method lookup --size 4 --show
+    python -m tinyspec.generate --prompt "def fibonacci(n):" --method eagle --temperature 1 --seed 3 --trace run.html
     python -m tinyspec.generate --prompt-file docs/example_prompts.txt --json
     python -m tinyspec.generate --prompt-file docs/example_prompts.txt --batch-size 8 --method medusa --size auto
 
@@ -23,24 +24,27 @@ import argparse
 import codecs
 import contextlib
 import json
+import shlex
 import sys
 
 import torch
 from tqdm import tqdm
 
-from ..decoding import ACCEPTED, BONUS, CORRECTION, Step
+from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_OBSERVER, Step
 
 from ..results import run, run_batch
 from ..kernels.step import Recorded
 from ..methods import METHODS, Decoder, check_rule
+from ..methods.base import default_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
 from ..speed.ledger import Ledger
 from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
+from ..trace import Trace
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_method_flags, check_input, check_method_flags, check_prompts, check_tokenizer, die, examples,
-                  load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
+                  add_method_flags, check_input, check_method_flags, check_output, check_prompts, check_tokenizer, die,
+                  examples, load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
                   set_threads, use_attention, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
@@ -150,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--remeasure", action="store_true", help="with --size auto: measure the sizes again "
                        "(speed/sizing.py) instead of reading them from $TINYSPEC_HOME/sizing (default "
                        "~/.cache/tinyspec/sizing)")
+    knobs.add_argument("--trace", metavar="FILE.html", help="write every step of the run to one self-contained "
+                       "page (trace.py): each step's tree, p and q at each node, the rule's coins, the path and "
+                       "cache slots kept; open it in a browser. One prompt, batch size 1, not with --cuda-graph")
     knobs.add_argument("--profile", action="store_true", help="split each prompt's time into the target's forward, "
                        "proposing, the acceptance rule, cache work and the rest (speed/ledger.py; stats ledger_s); "
                        "slows CUDA")
@@ -176,7 +183,9 @@ def summary(stats: dict) -> str:
 
 
 def main(argv=None) -> None:
-    generate(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # for --trace's page: the command that made it
+    generate(args)
 
 
 def generate(args) -> None:
@@ -199,6 +208,10 @@ def generate(args) -> None:
     warn_lossy(args.method, args.accept, args.temperature)
     if args.size is not None and args.method == "ar":
         die("--size: plain decoding (ar) proposes nothing; name a method with --method")
+    if args.trace is not None:
+        if args.cuda_graph or args.batch_size > 1:
+            die("--trace draws one row's steps as the readable loop takes them: drop --cuda-graph and --batch-size")
+        check_output(args.trace, "--trace")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     threads = set_threads(args.threads, device)
@@ -207,6 +220,8 @@ def generate(args) -> None:
     if args.attn == "triton" and args.batch_size > 1:
         die("--attn triton takes one mask for all rows; a batch, whose rows have their own lengths, needs --attn torch")
     prompts = read_prompts(args)
+    if args.trace is not None and len(prompts) > 1:
+        die(f"--trace draws one prompt's run; {args.prompt_file} holds {len(prompts)}: give one with --prompt")
     enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
     check_tokenizer(model, enc)
@@ -232,6 +247,7 @@ def generate(args) -> None:
     except ValueError as e:
         die(str(e))
     colour = args.show and use_colour(args.color, sys.stdout)
+    rule = default_rule(proposer, args.accept, args.temperature)  # the rule a trace names
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
 
     def report(prompt: str, res, printer: Printer | None, extra: dict, i: int) -> None:
@@ -287,9 +303,22 @@ def generate(args) -> None:
         if printer:
             print(heading(i, len(prompts)) + prompt, end="", flush=True)
         ledger = Ledger(device)
+        if args.trace is not None:  # the loop's observer, for this run only
+            trace = decoder.observer = Trace(rule)
         with ledger.watching(decoder) if args.profile else contextlib.nullcontext():
-            res = run(decoder.steps(ids, sampling, generator, args.max_new_tokens, enc.eot_token), printer, device)
-        report(prompt, res, printer, {"ledger_s": ledger.split(res.wall_s)} if args.profile else {}, i)
+            steps = decoder.steps(ids, sampling, generator, args.max_new_tokens, enc.eot_token)
+            res = run(trace.watch(steps, ids) if args.trace is not None else steps, printer, device)
+        extra = {"ledger_s": ledger.split(res.wall_s)} if args.profile else {}
+        if args.trace is not None:
+            decoder.observer = NO_OBSERVER
+            command = shlex.join(["python", "-m", "tinyspec.generate", *getattr(args, "argv", sys.argv[1:])])
+            settings = {"method": args.method, "rule": rule if proposer.sizes else None,
+                        "temperature": args.temperature, "size": decoder.size or "auto" if proposer.sizes else None}
+            written = trace.write(args.trace, enc, res.stats() | {"method": args.method}, command, settings)
+        report(prompt, res, printer, extra, i)
+        if args.trace is not None:
+            print(f"[trace of {res.target_steps} steps written to {args.trace} ({written / 1024:.0f} KiB): open it "
+                  "in a browser]", file=sys.stderr)
 
 
 if __name__ == "__main__":

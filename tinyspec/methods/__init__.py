@@ -16,7 +16,7 @@ import pkgutil
 
 import torch
 
-from ..decoding import NO_CLOCK, Steps, decode
+from ..decoding import NO_CLOCK, NO_OBSERVER, Steps, decode
 from ..kvcache import KVCache
 from ..model import GPT
 from ..sampling import Sampling
@@ -91,6 +91,7 @@ class Decoder:
         room = max((self.proposer.room(s) for s in self.shapes.values()), default=0)
         self.cache = KVCache.for_model(target, target.config.n_ctx + room + 1)
         self.clock = NO_CLOCK  # `speed/ledger.py` sets its own while it watches
+        self.observer = NO_OBSERVER  # `trace.py` sets its own while it records
 
     def steps(self, prompt: list[int], sampling: Sampling, generator, max_new_tokens: int,
               stop_id: int | None = None) -> Steps:
@@ -113,4 +114,5 @@ class Decoder:
                 proposer, shapes, policy = Method(), {}, None
         own = self.cache if len(prompts) == 1 else None
         return decode(self.target, proposer, prompts, sampling, generators, max_new_tokens, stop_id, shapes, policy,
-                      default_rule(self.proposer, self.rule, sampling.temperature), own, self.clock)
+                      default_rule(self.proposer, self.rule, sampling.temperature), own, self.clock,
+                      self.observer)

@@ -41,27 +41,31 @@ from .base import Method, Weights
 
 
 def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, drafts: torch.Tensor,
-                       generator: torch.Generator | None) -> tuple[int, torch.Tensor]:
+                       generator: torch.Generator | None, note=None) -> tuple[int, torch.Tensor]:
     """The acceptance rule (Leviathan et al. Algorithm 1, Chen et al. Algorithm 2): accept x_i
     while r_i < p_i(x_i) / q_i(x_i); at the first rejection sample from norm(max(0, p - q)), and
     if all k were accepted take a bonus token from p_(k+1).
 
     target_probs (k + 1, V): p at each proposed position and one beyond; draft_probs (k, V): the
-    q each proposal was sampled from; drafts (k,). Returns (n accepted, next token)."""
+    q each proposal was sampled from; drafts (k,). Returns (n accepted, next token). note: as
+    for the rules of `verify.py`, told each x_i's coin and min(1, p/q), for a trace."""
     p, q, k = target_probs, draft_probs, drafts.numel()
     i = torch.arange(k, device=p.device)
     r = torch.rand(k, device=p.device, generator=generator)
     accepted = r * q[i, drafts] < p[i, drafts]  # r < p(x) / q(x), without dividing; q(x) > 0
     n = int(accepted.long().cumprod(0).sum())  # accepted before the first rejection (a host sync)
+    if note:  # a trace's view of each coin (`trace.py`)
+        for i, (u, ratio) in enumerate(zip(r.tolist(), (p[i, drafts] / q[i, drafts]).clamp(max=1).tolist()), 1):
+            note(i, u=u, ratio=ratio)
     if n == k:
         return n, sample(p[k], generator)
     return n, sample(residual(p[n], q[n]), generator)
 
 
-def speculative_sampling(tokens: torch.Tensor, p: torch.Tensor, tree, q: torch.Tensor, generator=None):
+def speculative_sampling(tokens: torch.Tensor, p: torch.Tensor, tree, q: torch.Tensor, generator=None, note=None):
     """`accept_or_resample` with the signature of every rule in `verify.py`: tokens (k+1,) are the
     root and the chain, q (k+1, V) row i the distribution x_i was drawn from (row 0 unused)."""
-    n, token = accept_or_resample(p, q[1:], tokens[1:], generator)
+    n, token = accept_or_resample(p, q[1:], tokens[1:], generator, note)
     return torch.arange(n + 1, device=tokens.device), token
 
 
