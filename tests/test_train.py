@@ -105,7 +105,9 @@ def test_the_shipped_files_are_never_replaced_by_accident(tmp_path, capsys):
         assert e.value.code == 2 and "--force" in capsys.readouterr().err
     assert (WEIGHTS / "tokenizer.tiktoken").read_bytes() == before
     assert train.build_parser().parse_args(["tokenizer"]).out.startswith("runs/")
-    assert train.build_parser().parse_args(["medusa"]).out.startswith("runs/")
+    for job in ("medusa", "eagle", "parallel"):  # the heads go into --run-dir, whose default is under runs/
+        args = train.build_parser().parse_args([job])
+        assert args.out is None and args.run_dir.startswith("runs/")
 
 
 def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeypatch):
