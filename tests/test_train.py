@@ -10,7 +10,7 @@ from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
-from conftest import refused
+from conftest import ctrl_c, refused
 
 
 def test_split_is_by_whole_module_and_stable():
@@ -307,3 +307,71 @@ def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path
     code = [r for r in rows if r["category"] == "code"]
     assert [r["source"].split("/")[0] for r in code] == ["p1", "p2", "p1"]  # in turn
     assert {r["licence"] for r in rows} == {"MIT", "BSD-3-Clause"}
+
+
+# ---- issue 54: Ctrl-C, and a run that diverges ----------------------------------------------------
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_steps_taken_and_resume_goes_on_exactly(corpus_dir, tmp_path, at):
+    """Ctrl-C (a real SIGINT) between a step's forward and its optimizer step, long before the first
+    validation: the steps already taken are checkpointed on the way out, the step under way is not
+    (its batch is drawn again), and --resume then ends where a run never stopped ends; before the
+    first step, nothing is saved and it says so."""
+    run = tmp_path / "stopped"
+    argv = ["train", "gpt", "--preset", "tiny", "--steps", "6", "--batch-size", "8", "--lr", "3e-3", "--warmup", "2",
+            "--eval-every", "1000", "--eval-batches", "2", "--data-dir", str(corpus_dir), "--stdlib-only",
+            "--threads", "1", "--run-dir", str(run), "--out", str(run / "out.safetensors")]
+    setup = f"""
+from tinyspec.training import gpt
+real = gpt.check_finite
+def check_finite(loss, step, what="training loss"):
+    if step == {at} + 1 and what == "training loss":
+        wait_for_ctrl_c()
+    real(loss, step, what)
+gpt.check_finite = check_finite"""
+    status, out, err = ctrl_c("tinyspec.commands.train", argv[1:], setup)
+    last = err.strip().splitlines()[-1]
+    assert status == 130 and "Traceback" not in err and not (run / "out.safetensors").exists(), err
+    if at == 0:
+        assert last == "[interrupted] nothing was saved (stopped before the first step)", err
+        assert checkpoint.latest_checkpoint(run) is None
+        return
+    assert last == f"[interrupted] step 3's checkpoint is in {run / 'step-000003'}: --resume continues from it " \
+        f"({run / 'out.safetensors'} was not written)", err
+    resumed = tiny_run(corpus_dir, run, 6, ["--resume", "--warmup", "2", "--threads", "1"])
+    straight = tiny_run(corpus_dir, tmp_path / "straight", 6, ["--warmup", "2", "--threads", "1"])
+    assert resumed["step"] == straight["step"] == 6
+    a, b = (GPT.from_hf(checkpoint.latest_checkpoint(d) / "model.safetensors") for d in (run, tmp_path / "straight"))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), f"the run stopped at step 3 and resumed differs from a straight run in {name}"
+
+
+def test_a_run_whose_loss_stops_being_a_number_stops_and_keeps_the_last_good_checkpoint(corpus_dir, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """The 15th optimizer step writes nan into the weights (as a learning rate far too high does): the
+    16th step's loss is nan, the run stops there in one line, exit 2, naming the checkpoint of step
+    10, which is kept and loads; no final weights are written."""
+    from tinyspec.training import gpt
+    real = gpt.make_optimizer
+
+    def breaking(module, lr, weight_decay):
+        opt, steps = real(module, lr, weight_decay), []
+        step = opt.step
+
+        def broken_step(*args, **kwargs):
+            step(*args, **kwargs)
+            steps.append(1)
+            if len(steps) == 15:
+                with torch.no_grad():
+                    module.transformer.wte.weight.fill_(float("nan"))
+        opt.step = broken_step
+        return opt
+    monkeypatch.setattr(gpt, "make_optimizer", breaking)
+    run = tmp_path / "diverged"
+    with pytest.raises(SystemExit) as e:
+        tiny_run(corpus_dir, run, 20)
+    err = capsys.readouterr().err.splitlines()[-1]  # (after the progress bar's lines)
+    assert e.value.code == 2 and err.startswith("error: the training loss is nan at step 16: the run diverged"), err
+    assert f"its last good checkpoint is kept, {run / 'step-000010'} (--resume with a lower --lr" in err, err
+    assert not (run / "out.safetensors").exists() and checkpoint.latest_checkpoint(run).name == "step-000010"
+    assert all(torch.isfinite(p).all() for p in GPT.from_hf(run / "step-000010" / "model.safetensors").parameters())

@@ -25,7 +25,7 @@ from ..files import atomic_write_text, shown
 from ..model import GPT
 from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint, saved_state, uninterrupted
 from .corpus import TokenFile
-from .optim import check_finite, check_weights, lr_at, make_optimizer
+from .optim import Diverged, check_finite, check_weights, lr_at, make_optimizer
 
 # The longest context `train gpt` accepts: attention costs n_ctx^2 per layer and the learned position
 # table has n_ctx rows, and GPT-2 itself stops at 1024; beyond a few thousand nothing trains here.
@@ -168,6 +168,9 @@ def train_gpt(model: GPT, corpus: Path, run_dir: Path, out: Path, settings: Sett
                 validate()
         if not history or history[-1]["step"] != step:  # stopped between validations: validate and checkpoint here
             validate()
+    except Diverged:
+        bar.close()  # the error that follows gets a line of its own
+        raise
     except KeyboardInterrupt:
         bar.close()
         if sampler is not None:  # the step under way was not taken: its batch is drawn again on --resume
