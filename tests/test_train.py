@@ -10,7 +10,7 @@ from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
-from conftest import ctrl_c, refused
+from conftest import ctrl_c, random_gpt, refused
 
 
 def test_split_is_by_whole_module_and_stable():
@@ -189,10 +189,17 @@ def test_medusa_training_of_a_few_steps_writes_heads_and_card(tmp_path):
     """Nine steps once crashed after training (the card read each head's loss over the last tenth
     of the steps, and 9 * 0.9 left none)."""
     run = tmp_path / "m"
-    train.main(["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
-                "--run-dir", str(run), "--out", str(run / "medusa.safetensors"), "--data-dir", str(tmp_path / "data"), "--stdlib-only",
-                "--threads", "1"])
+    argv = ["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
+            "--run-dir", str(run), "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--threads", "1"]
+    train.main(argv)
     assert (run / "medusa.safetensors").is_file() and "| 1 |" in (run / "medusa.md").read_text()
+    # the heads went where --run-dir said; a second run there replaces them only with --force
+    before = (run / "medusa.safetensors").read_bytes()
+    with pytest.raises(SystemExit) as e:
+        train.main(argv + ["--seed", "1"])
+    assert e.value.code == 2 and (run / "medusa.safetensors").read_bytes() == before
+    train.main(argv + ["--seed", "1", "--force"])
+    assert (run / "medusa.safetensors").read_bytes() != before
 
 
 def test_every_training_job_has_examples_and_documented_flags():
@@ -375,3 +382,26 @@ def test_a_run_whose_loss_stops_being_a_number_stops_and_keeps_the_last_good_che
     assert f"its last good checkpoint is kept, {run / 'step-000010'} (--resume with a lower --lr" in err, err
     assert not (run / "out.safetensors").exists() and checkpoint.latest_checkpoint(run).name == "step-000010"
     assert all(torch.isfinite(p).all() for p in GPT.from_hf(run / "step-000010" / "model.safetensors").parameters())
+
+
+def test_heads_whose_loss_is_not_a_number_stop_before_a_step_or_a_checkpoint():
+    """Medusa's and EAGLE's training stop at the first loss that is nan, before its optimizer step, and
+    an EAGLE checkpoint is never written from weights that are not numbers."""
+    import numpy as np
+    from tinyspec.methods.eagle import EagleHead
+    from tinyspec.methods.medusa import MedusaHeads
+    from tinyspec.training import distill
+    target = random_gpt()
+    sequences = np.random.default_rng(0).integers(0, 64, (4, 24)).astype(np.uint16)
+    heads = MedusaHeads(32, 2)
+    with torch.no_grad():
+        heads.blocks[0].linear.weight.fill_(float("nan"))
+    with pytest.raises(optim.Diverged, match="the training loss is nan at step 1: the run diverged"):
+        distill.train_heads(target, heads, sequences, 8, steps=3, batch=2, lr=1e-3, progress=False)
+    head, saved = EagleHead.for_target(target), []
+    features = distill.target_features(target, sequences)
+    features[1, 5] = float("inf")  # a feature that is not a number reaches the loss at the first step
+    with pytest.raises(optim.Diverged, match="at step 1"):
+        distill.train_eagle(target, head, sequences, features, steps=2, batch=4, lr=1e-3, progress=False,
+                            checkpoint=lambda *a: saved.append(a), every=1)
+    assert not saved
