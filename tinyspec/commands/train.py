@@ -9,8 +9,8 @@ target, or a draft distilled from one), Medusa heads, an EAGLE draft head or a p
     python -m tinyspec train eagle                     # an EAGLE draft head -> runs/eagle/eagle.safetensors
     python -m tinyspec train parallel                  # a parallel feature head -> runs/eagle/parallel.safetensors
 
-Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
-only replaced with --force. How each is trained is `training/` (`gpt.py`, `heads.py`); this file
+Nothing is written into weights/ unless you name a file there with --out, and a shipped file, or
+an earlier run's weights, is only replaced with --force. How each is trained is `training/` (`gpt.py`, `heads.py`); this file
 checks the flags and the paths, loads the models with one-line errors, and calls it.
 """
 
@@ -248,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "with a fresh learning-rate schedule; the card records it")
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
     g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
-    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and starting "
-                   "over in a --run-dir that holds an earlier run's checkpoints (they are removed)")
+    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/ or an earlier "
+                   "run's --out, and starting over in a --run-dir that holds an earlier run's checkpoints (they are "
+                   "removed)")
     g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved "
                    "weights (bfloat16 halves the file; tinyspec loads it in the dtype --dtype asks for)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
@@ -327,9 +328,11 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
                    "(set TINYSPEC_HOME to move tinyspec's folder)")
     p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
                    "the corpus with the pinned packages, downloaded once into --data-dir)")
-    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
-    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and (eagle, "
-                   "parallel) starting over where --run-dir holds an earlier run's checkpoints (they are removed)")
+    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept, and "
+                   "the weights unless --out says otherwise")
+    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/ or an earlier "
+                   "run's --out, and (eagle, parallel) starting over where --run-dir holds an earlier run's checkpoints "
+                   "(they are removed)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the data and of the sampler")
