@@ -320,3 +320,27 @@ def full_stdout(monkeypatch):
             return self.fd
     yield lambda: monkeypatch.setattr(sys, "stdout", Full())
     os.close(Full.fd)
+
+
+def ctrl_c(module: str, argv: list[str], setup: str) -> tuple[int, str, str]:
+    """Ctrl-C (a real SIGINT) to a command in a child process, at a point the test chooses: the child
+    runs `setup` (Python that patches the place with a call to `wait_for_ctrl_c()`), then the module's
+    main(argv) as `python -m tinyspec` runs it (`run_main`). SIGINT is sent when the child says it
+    waits. Returns (exit status, stdout, stderr)."""
+    import signal
+    import subprocess
+    code = "\n".join(["import sys, time", "def wait_for_ctrl_c():",
+                      "    print('\\nwaiting for Ctrl-C', file=sys.stderr, flush=True)", "    time.sleep(600)",
+                      setup, "from tinyspec.commands.cli import run_main", f"from {module} import main",
+                      f"run_main(lambda: main({argv!r}))"])
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=Path(__file__).resolve().parent.parent,  # Python's own Ctrl-C, as in a terminal
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    err = []
+    for line in p.stderr:
+        if "waiting for Ctrl-C" in line:
+            p.send_signal(signal.SIGINT)
+            break
+        err.append(line)
+    out, rest = p.communicate(timeout=600)
+    return p.returncode, out, "".join(err) + rest

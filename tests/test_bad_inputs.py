@@ -75,6 +75,31 @@ CASES = [
     ("train", "gpt --preset tiny --run-dir {tmp}/run", "{tmp}/run holds an earlier run's checkpoints (step-000010): "
               "pass --resume to continue that run, --force to start over"),
     ("train", "eagle --run-dir {tmp}/eagle-run", "eagle-run/checkpoints holds an earlier run's checkpoints"),
+    # issue 54, items 1-3
+    # heads go where --run-dir (or --out) says, and an earlier run's are replaced only with --force
+    ("train", "medusa --run-dir {tmp}/medusa-run", "{tmp}/medusa-run/medusa.safetensors already exists (an earlier run"),
+    ("train", "eagle --run-dir {tmp}/folder --out {tmp}/medusa-run/medusa.safetensors", "medusa.safetensors already "
+              "exists (an earlier run's weights?): pass --force to replace it"),
+    ("train", "parallel --run-dir {tmp}/medusa-run --out {tmp}/medusa-run/medusa.safetensors", "already exists"),
+    # weights that are not numbers (a run that diverged) are refused where every weights file is read
+    ("generate", "--prompt x --model {tmp}/nan-model.safetensors", "holds weights that are not finite numbers (nan "
+                 "or inf in 1 of 1 tensors, e.g. transformer.wte.weight)"),
+    ("generate", "--prompt x --method medusa --heads {tmp}/nan-heads.safetensors", "not finite numbers"),
+    # hyperparameters that make a broken model, or were quietly replaced by the preset's
+    ("train", "gpt --preset tiny --lr inf", "--lr must be at most 1.0, got inf"),
+    ("train", "gpt --preset tiny --lr 1e9", "--lr must be at most 1.0, got 1000000000.0"),
+    ("train", "gpt --preset tiny --lr nan", "--lr must be more than 0, got nan"),
+    ("train", "medusa --lr 2", "--lr must be at most 1.0, got 2.0"),
+    ("train", "eagle --noise nan", "--noise must be 0 or more (and finite), got nan"),
+    ("train", "eagle --noise -1", "--noise must be 0 or more (and finite), got -1.0"),
+    ("train", "parallel --noise inf", "--noise must be 0 or more (and finite), got inf"),
+    ("train", "eagle --ce-weight -1", "--ce-weight must be 0 or more (and finite), got -1.0"),
+    ("train", "gpt --preset tiny --weight-decay -1", "--weight-decay must be 0 or more (and finite), got -1.0"),
+    ("train", "gpt --preset tiny --weight-decay 1e4", "--weight-decay 10000.0 x --lr 0.0015 must be less than 1"),
+    ("train", "gpt --preset tiny --n-layer 0", "--n-layer must be at least 1, got 0"),
+    ("train", "gpt --preset tiny --n-ctx 0", "--n-ctx must be at least 1, got 0"),
+    ("train", "gpt --preset tiny --n-head 0", "--n-head must be at least 1, got 0"),
+    ("train", "gpt --preset tiny --n-embd -8", "--n-embd must be at least 1, got -8"),
 ]
 
 
@@ -92,6 +117,9 @@ def snapshot(folder: Path) -> dict:
 @pytest.fixture
 def things(tmp_path):
     import socket
+
+    import torch
+    from safetensors.torch import save_file
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "folder").mkdir()
     sock = socket.socket(socket.AF_UNIX)
@@ -101,6 +129,11 @@ def things(tmp_path):
     (tmp_path / "run" / "step-000010").mkdir(parents=True)
     (tmp_path / "run" / "latest").write_text("step-000010\n")
     (tmp_path / "eagle-run" / "checkpoints" / "step-000003").mkdir(parents=True)
+    # issue 54: an earlier run's heads; weights of a run that diverged
+    (tmp_path / "medusa-run").mkdir()
+    (tmp_path / "medusa-run" / "medusa.safetensors").write_bytes(b"an earlier run's heads")
+    save_file({"transformer.wte.weight": torch.tensor([[1.0, float("nan")]])}, tmp_path / "nan-model.safetensors")
+    save_file({"blocks.0.linear.weight": torch.tensor([[float("inf")]])}, tmp_path / "nan-heads.safetensors")
     yield tmp_path
     sock.close()
 

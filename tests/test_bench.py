@@ -8,7 +8,7 @@ import torch
 from tinyspec.bench import command as bench, benchmark, specs
 from tinyspec.methods.medusa import MedusaHeads
 
-from conftest import random_gpt, refused
+from conftest import ctrl_c, random_gpt, refused
 
 
 @pytest.fixture(scope="module")
@@ -302,6 +302,70 @@ def test_ctrl_c_saves_the_rows_that_finished_says_so_and_exits_130(files, tmp_pa
     assert "code" in out and "docs" not in out.split("-\n", 1)[1]
     assert err.strip().splitlines()[-1] == f"[interrupted] 1 of 2 rows finished; saved in {tmp_path / 'r.json'} (a " \
         "row under way is left out)"
+
+
+def test_ctrl_c_in_the_hugging_face_phase_stops_it_saves_what_finished_and_exits_130(files, tmp_path):
+    """A real Ctrl-C while tinyspec's own greedy tokens for Hugging Face's second category are decoded
+    (decoding returns what it has on Ctrl-C, and the comparison once took that for a finished run and
+    went on: the benchmark ended with status 0, unmarked): status 130, the report marked interrupted,
+    every method row and Hugging Face's finished row saved."""
+    pytest.importorskip("transformers")
+    setup = """
+from tinyspec.bench import peer
+real, calls = peer.run, []
+def run(steps, *args, **kwargs):
+    calls.append(steps)
+    def waiting():
+        for i, step in enumerate(steps):
+            if len(calls) == 2 and i == 1:
+                wait_for_ctrl_c()
+            yield step
+    return real(waiting(), *args, **kwargs)
+peer.run = run"""
+    argv = ["--methods", "ar", "--temperatures", "0", "--categories", "code,docs", "--prompts-per-category", "1",
+            "--max-new-tokens", "8", "--repeats", "1", "--hf-modes", "hf", "--threads", "1", "--model",
+            str(files / "target.safetensors"), "--save", str(tmp_path / "r.json")]
+    status, out, err = ctrl_c("tinyspec.bench.command", argv, setup)
+    assert status == 130 and "Traceback" not in err, err
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["interrupted"] is True and [r["category"] for r in saved["rows"]] == ["code", "docs"]
+    assert [(r["method"], r["category"]) for r in saved["huggingface"]] == [("hf", "code")]
+    assert saved["huggingface"][0]["tinyspec_speedup"] > 0
+    assert err.strip().splitlines()[-1] == f"[interrupted] 2 of 2 rows finished; saved in {tmp_path / 'r.json'} (a " \
+        "row under way is left out)"
+
+
+def test_ctrl_c_during_evaluate_saves_the_figures_that_finished(files, tmp_path):
+    """evaluate --save, stopped by a real Ctrl-C as plain decoding starts its second category: status
+    130, and the file holds the validation loss and the first category's tau and loops, marked
+    interrupted (it once saved nothing, though --save's help promised it)."""
+    import numpy as np
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("val", "val-packages"):
+        np.arange(3000, dtype=np.uint16).tofile(corpus / f"{name}.bin")
+    random_gpt(vocab_size=8192, n_ctx=96, scale=3.0).save(tmp_path / "target.safetensors")
+    setup = f"""
+from pathlib import Path
+from tinyspec.training import corpus
+corpus.prepare = lambda *args, **kwargs: Path({str(corpus)!r})
+from tinyspec.bench import benchmark
+real, calls = benchmark.Runner.run, []
+def run(self, *args, **kwargs):
+    calls.append(args)
+    if len(calls) == 2:
+        wait_for_ctrl_c()
+    return real(self, *args, **kwargs)
+benchmark.Runner.run = run"""
+    argv = ["--methods", "ar", "--categories", "code,docs", "--prompts-per-category", "1", "--max-new-tokens", "8",
+            "--model", str(tmp_path / "target.safetensors"), "--save", str(tmp_path / "q.json")]
+    status, out, err = ctrl_c("tinyspec.bench.evaluate", argv, setup)
+    assert status == 130 and "Traceback" not in err, err
+    saved = json.loads((tmp_path / "q.json").read_text())
+    assert saved["interrupted"] is True and set(saved["validation_loss"]) == {"val", "val-packages"}
+    assert list(saved["tau"]) == ["ar"] and list(saved["tau"]["ar"]) == ["code"] and list(saved["loops"]) == ["code"]
+    assert "tau ar" in out and err.strip().splitlines()[-1] == f"[interrupted] what finished is above; saved in " \
+        f"{tmp_path / 'q.json'} (a figure under way is left out)", err
 
 
 def test_help_names_every_method_and_the_other_benchmark_commands(capsys):

@@ -10,7 +10,7 @@ from tinyspec.commands.cli import WEIGHTS
 from tinyspec.model import GPT
 from tinyspec.tokenizer import load_tokenizer
 
-from conftest import refused
+from conftest import ctrl_c, random_gpt, refused
 
 
 def test_split_is_by_whole_module_and_stable():
@@ -105,7 +105,9 @@ def test_the_shipped_files_are_never_replaced_by_accident(tmp_path, capsys):
         assert e.value.code == 2 and "--force" in capsys.readouterr().err
     assert (WEIGHTS / "tokenizer.tiktoken").read_bytes() == before
     assert train.build_parser().parse_args(["tokenizer"]).out.startswith("runs/")
-    assert train.build_parser().parse_args(["medusa"]).out.startswith("runs/")
+    for job in ("medusa", "eagle", "parallel"):  # the heads go into --run-dir, whose default is under runs/
+        args = train.build_parser().parse_args([job])
+        assert args.out is None and args.run_dir.startswith("runs/")
 
 
 def test_the_budget_leaves_room_for_the_step_and_the_validation_after_it(monkeypatch):
@@ -187,10 +189,17 @@ def test_medusa_training_of_a_few_steps_writes_heads_and_card(tmp_path):
     """Nine steps once crashed after training (the card read each head's loss over the last tenth
     of the steps, and 9 * 0.9 left none)."""
     run = tmp_path / "m"
-    train.main(["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
-                "--run-dir", str(run), "--out", str(run / "medusa.safetensors"), "--data-dir", str(tmp_path / "data"), "--stdlib-only",
-                "--threads", "1"])
+    argv = ["medusa", "--sequences", "8", "--gen-len", "16", "--gen-batch", "8", "--steps", "9", "--batch-size", "2",
+            "--run-dir", str(run), "--data-dir", str(tmp_path / "data"), "--stdlib-only", "--threads", "1"]
+    train.main(argv)
     assert (run / "medusa.safetensors").is_file() and "| 1 |" in (run / "medusa.md").read_text()
+    # the heads went where --run-dir said; a second run there replaces them only with --force
+    before = (run / "medusa.safetensors").read_bytes()
+    with pytest.raises(SystemExit) as e:
+        train.main(argv + ["--seed", "1"])
+    assert e.value.code == 2 and (run / "medusa.safetensors").read_bytes() == before
+    train.main(argv + ["--seed", "1", "--force"])
+    assert (run / "medusa.safetensors").read_bytes() != before
 
 
 def test_every_training_job_has_examples_and_documented_flags():
@@ -305,3 +314,94 @@ def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path
     code = [r for r in rows if r["category"] == "code"]
     assert [r["source"].split("/")[0] for r in code] == ["p1", "p2", "p1"]  # in turn
     assert {r["licence"] for r in rows} == {"MIT", "BSD-3-Clause"}
+
+
+# ---- issue 54: Ctrl-C, and a run that diverges ----------------------------------------------------
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_steps_taken_and_resume_goes_on_exactly(corpus_dir, tmp_path, at):
+    """Ctrl-C (a real SIGINT) between a step's forward and its optimizer step, long before the first
+    validation: the steps already taken are checkpointed on the way out, the step under way is not
+    (its batch is drawn again), and --resume then ends where a run never stopped ends; before the
+    first step, nothing is saved and it says so."""
+    run = tmp_path / "stopped"
+    argv = ["train", "gpt", "--preset", "tiny", "--steps", "6", "--batch-size", "8", "--lr", "3e-3", "--warmup", "2",
+            "--eval-every", "1000", "--eval-batches", "2", "--data-dir", str(corpus_dir), "--stdlib-only",
+            "--threads", "1", "--run-dir", str(run), "--out", str(run / "out.safetensors")]
+    setup = f"""
+from tinyspec.training import gpt
+real = gpt.check_finite
+def check_finite(loss, step, what="training loss"):
+    if step == {at} + 1 and what == "training loss":
+        wait_for_ctrl_c()
+    real(loss, step, what)
+gpt.check_finite = check_finite"""
+    status, out, err = ctrl_c("tinyspec.commands.train", argv[1:], setup)
+    last = err.strip().splitlines()[-1]
+    assert status == 130 and "Traceback" not in err and not (run / "out.safetensors").exists(), err
+    if at == 0:
+        assert last == "[interrupted] nothing was saved (stopped before the first step)", err
+        assert checkpoint.latest_checkpoint(run) is None
+        return
+    assert last == f"[interrupted] step 3's checkpoint is in {run / 'step-000003'}: --resume continues from it " \
+        f"({run / 'out.safetensors'} was not written)", err
+    resumed = tiny_run(corpus_dir, run, 6, ["--resume", "--warmup", "2", "--threads", "1"])
+    straight = tiny_run(corpus_dir, tmp_path / "straight", 6, ["--warmup", "2", "--threads", "1"])
+    assert resumed["step"] == straight["step"] == 6
+    a, b = (GPT.from_hf(checkpoint.latest_checkpoint(d) / "model.safetensors") for d in (run, tmp_path / "straight"))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), f"the run stopped at step 3 and resumed differs from a straight run in {name}"
+
+
+def test_a_run_whose_loss_stops_being_a_number_stops_and_keeps_the_last_good_checkpoint(corpus_dir, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """The 15th optimizer step writes nan into the weights (as a learning rate far too high does): the
+    16th step's loss is nan, the run stops there in one line, exit 2, naming the checkpoint of step
+    10, which is kept and loads; no final weights are written."""
+    from tinyspec.training import gpt
+    real = gpt.make_optimizer
+
+    def breaking(module, lr, weight_decay):
+        opt, steps = real(module, lr, weight_decay), []
+        step = opt.step
+
+        def broken_step(*args, **kwargs):
+            step(*args, **kwargs)
+            steps.append(1)
+            if len(steps) == 15:
+                with torch.no_grad():
+                    module.transformer.wte.weight.fill_(float("nan"))
+        opt.step = broken_step
+        return opt
+    monkeypatch.setattr(gpt, "make_optimizer", breaking)
+    run = tmp_path / "diverged"
+    with pytest.raises(SystemExit) as e:
+        tiny_run(corpus_dir, run, 20)
+    err = capsys.readouterr().err.splitlines()[-1]  # (after the progress bar's lines)
+    assert e.value.code == 2 and err.startswith("error: the training loss is nan at step 16: the run diverged"), err
+    assert f"its last good checkpoint is kept, {run / 'step-000010'} (--resume with a lower --lr" in err, err
+    assert not (run / "out.safetensors").exists() and checkpoint.latest_checkpoint(run).name == "step-000010"
+    assert all(torch.isfinite(p).all() for p in GPT.from_hf(run / "step-000010" / "model.safetensors").parameters())
+
+
+def test_heads_whose_loss_is_not_a_number_stop_before_a_step_or_a_checkpoint():
+    """Medusa's and EAGLE's training stop at the first loss that is nan, before its optimizer step, and
+    an EAGLE checkpoint is never written from weights that are not numbers."""
+    import numpy as np
+    from tinyspec.methods.eagle import EagleHead
+    from tinyspec.methods.medusa import MedusaHeads
+    from tinyspec.training import distill
+    target = random_gpt()
+    sequences = np.random.default_rng(0).integers(0, 64, (4, 24)).astype(np.uint16)
+    heads = MedusaHeads(32, 2)
+    with torch.no_grad():
+        heads.blocks[0].linear.weight.fill_(float("nan"))
+    with pytest.raises(optim.Diverged, match="the training loss is nan at step 1: the run diverged"):
+        distill.train_heads(target, heads, sequences, 8, steps=3, batch=2, lr=1e-3, progress=False)
+    head, saved = EagleHead.for_target(target), []
+    features = distill.target_features(target, sequences)
+    features[1, 5] = float("inf")  # a feature that is not a number reaches the loss at the first step
+    with pytest.raises(optim.Diverged, match="at step 1"):
+        distill.train_eagle(target, head, sequences, features, steps=2, batch=4, lr=1e-3, progress=False,
+                            checkpoint=lambda *a: saved.append(a), every=1)
+    assert not saved

@@ -171,12 +171,19 @@ def unwritable(path: str | Path, directory: bool = False) -> str | None:
 
 def read_tensors(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """(metadata, tensors) of a safetensors file; ValueError (not safetensors' own error types)
-    for a file that is missing, truncated or not safetensors at all. Never unpickles."""
+    for a file that is missing, truncated or not safetensors at all, or whose weights hold nan or
+    inf (a training run that diverged: such a model would decode silently into nonsense). Never unpickles."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     try:
         with safe_open(path, framework="pt") as f:
-            return f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
+            meta, tensors = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:
         raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+    broken = [k for k, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        raise ValueError(f"{path} holds weights that are not finite numbers (nan or inf in {len(broken)} of "
+                         f"{len(tensors)} tensors, e.g. {broken[0]}): the training run that wrote it diverged; "
+                         "train again with a lower --lr")
+    return meta, tensors

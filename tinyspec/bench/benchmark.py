@@ -353,8 +353,8 @@ def measure(args, argv: list[str]) -> dict:
     try:
         measure_rows(args, runner, specs, temperatures, prompts, out)
         if not args.no_hf:
-            peers = compare_with_huggingface(runner, prompts, temperatures, args.repeats, out, args.hf_modes.split(","))
-    except KeyboardInterrupt:  # the rows that finished are kept; the one under way is left out
+            compare_with_huggingface(runner, prompts, temperatures, args.repeats, out, args.hf_modes.split(","), peers)
+    except KeyboardInterrupt:  # the rows that finished (and Hugging Face's) are kept; the one under way is left out
         interrupted = True
     # Each target forward reads every weight once: bytes x forwards / s, the memory traffic a step achieves
     for row in out:

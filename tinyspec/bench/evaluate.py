@@ -79,25 +79,36 @@ def main(argv=None) -> None:
     # the windows and batches of training's own validation, so the figures compare with a card's
     batches, batch_size, block_size = 10, 16, target.config.n_ctx
     autocast = torch.autocast(device.type, enabled=False)
-    val = {name: round(validation_loss(target, data.TokenFile(corpus / f"{name}.bin"), batches, batch_size, block_size,
-                                       device, autocast), 4)
-           for name in ("val", "val-packages") if (corpus / f"{name}.bin").stat().st_size > 2 * (block_size + 1)}
+    val = {}
     report = {"model": args.model, "validation_loss": val, "max_new_tokens": args.max_new_tokens, "tau": {},
               "command": "python -m tinyspec evaluate " + " ".join(argv)}
-    for spec in specs:
-        name = label(spec)
-        report["tau"][name] = {}
-        for category, batch in prompts.items():
-            res = runner.run(spec, batch, Sampling(0.0))
-            report["tau"][name][category] = round(res["new_tokens"] / res["target_steps"], 3)
-            if spec == ("ar", "", None):
-                report.setdefault("loops", {})[category] = [sum(map(loops, res["outputs"])), len(batch)]
-    if args.save:  # before printing: a closed pipe or a full stdout cannot lose minutes of work
+    try:  # each figure goes into the report as it is finished: a Ctrl-C keeps those
+        for name in ("val", "val-packages"):
+            if (corpus / f"{name}.bin").stat().st_size > 2 * (block_size + 1):
+                val[name] = round(validation_loss(target, data.TokenFile(corpus / f"{name}.bin"), batches, batch_size,
+                                                  block_size, device, autocast), 4)
+        for spec in specs:
+            for category, batch in prompts.items():
+                res = runner.run(spec, batch, Sampling(0.0))  # (a Ctrl-C during it raises KeyboardInterrupt)
+                report["tau"].setdefault(label(spec), {})[category] = round(res["new_tokens"] / res["target_steps"], 3)
+                if spec == ("ar", "", None):
+                    report.setdefault("loops", {})[category] = [sum(map(loops, res["outputs"])), len(batch)]
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+    finished = bool(val or report["tau"])
+    if args.save and finished:  # before printing: a closed pipe or a full stdout cannot lose minutes of work
         atomic_write_json(args.save, report)
-    print(f"validation loss: {', '.join(f'{k} {v:.3f}' for k, v in val.items())}")
-    print("greedy continuations that loop: " + ", ".join(f"{c} {n}/{m}" for c, (n, m) in report["loops"].items()))
+    if val:
+        print(f"validation loss: {', '.join(f'{k} {v:.3f}' for k, v in val.items())}")
+    if report.get("loops"):
+        print("greedy continuations that loop: " + ", ".join(f"{c} {n}/{m}" for c, (n, m) in report["loops"].items()))
     for name, taus in report["tau"].items():
         print(f"tau {name:18s} " + "  ".join(f"{c} {t:.2f}" for c, t in taus.items()))
+    if report.get("interrupted"):  # as the benchmark says it (command.py)
+        kept = f"; saved in {args.save}" if args.save and finished else ""
+        print(f"[interrupted] {'what finished is above' if finished else 'nothing finished'}{kept} (a figure under "
+              "way is left out)", file=sys.stderr)
+        raise SystemExit(130)
 
 
 if __name__ == "__main__":

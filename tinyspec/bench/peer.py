@@ -78,10 +78,12 @@ MODES = ("hf", "hf-assisted")  # and "hf-static-compiled" where it is asked for 
 
 
 def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, max_new: int, seed: int,
-                     greedy_tokens, modes=MODES) -> list[dict]:
+                     greedy_tokens, modes=MODES, rows: list | None = None) -> list[dict]:
     """Rows per mode, temperature and category: 'hf' (plain generate), 'hf-assisted' (with the
-    draft), 'hf-static-compiled'. greedy_tokens(prompt): tinyspec's greedy output, which HF's
-    must match at temperature 0. A mode that fails (e.g. compilation) gives a row with its error."""
+    draft), 'hf-static-compiled', appended to `rows` as each finishes (a Ctrl-C keeps those) and
+    returned. greedy_tokens(prompt): tinyspec's greedy output, which HF's must match at temperature 0.
+    A mode that fails (e.g. compilation) gives a row with its error."""
+    rows = [] if rows is None else rows
     with tempfile.TemporaryDirectory() as tmp, quiet_transformers():
         hf = export(target, f"{tmp}/target")
         assistant = export(draft, f"{tmp}/draft") if draft is not None and "hf-assisted" in modes else None
@@ -90,7 +92,7 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
             options["hf-static-compiled"] = static_compiled()
         options = {m: o for m, o in options.items() if m in modes and (m != "hf-assisted" or assistant is not None)}
         first = next(iter(prompts.values()))[:1]
-        rows, broken = [], {}
+        broken = {}
         for mode, opts in options.items():  # warm-up (and compilation), once per mode
             try:
                 generate_all(hf, first, max_new, temperatures[0], seed, **opts)
@@ -113,18 +115,35 @@ def huggingface_rows(target, draft, prompts: dict, temperatures, repeats: int, m
         return rows
 
 
-def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None) -> list[dict]:
+def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes=None, peers: list | None = None
+                             ) -> list[dict]:
     """HF rows, each with tinyspec's speed over it, like for like (same temperature and category):
     ar over plain generate, and the draft method over assisted generation with the same draft
-    (`draft:auto`, sized as assisted generation sizes its own; else the fastest draft row)."""
+    (`draft:auto`, sized as assisted generation sizes its own; else the fastest draft row).
+    They are appended to `peers` as each finishes: after a Ctrl-C (KeyboardInterrupt, raised on)
+    it holds those, with their speedups."""
+    peers = [] if peers is None else peers
     try:
         import transformers  # noqa: F401
     except ImportError:
-        return []
-    ours = lambda prompt: run(runner.decoder(("ar", "", None), Sampling(0.0)).steps(
-        prompt, Sampling(0.0), None, runner.max_new)).token_ids  # tinyspec's greedy tokens, to compare with
-    peers = huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
-                             ours, modes or MODES)
+        return peers
+
+    def ours(prompt):  # tinyspec's greedy tokens, to compare with
+        res = run(runner.decoder(("ar", "", None), Sampling(0.0)).steps(prompt, Sampling(0.0), None, runner.max_new))
+        if res.stop_reason == "interrupted":  # decoding returns what it has on Ctrl-C: here it must stop the run
+            raise KeyboardInterrupt
+        return res.token_ids
+
+    try:
+        huggingface_rows(runner.target, runner.draft, prompts, temperatures, repeats, runner.max_new, runner.seed,
+                         ours, modes or MODES, peers)
+    finally:
+        speedups(peers, rows)
+    return peers
+
+
+def speedups(peers: list[dict], rows: list[dict]) -> None:
+    """Each HF row's `tinyspec_speedup`: the like-for-like tinyspec row's tokens/s over its own."""
     for peer in (p for p in peers if "error" not in p):
         same = [r for r in rows if r["temperature"] == peer["temperature"] and r["category"] == peer["category"]]
         if peer["method"] != "hf-assisted":
@@ -134,4 +153,3 @@ def compare_with_huggingface(runner, prompts, temperatures, repeats, rows, modes
                 [r for r in same if r["method"].split(":")[0] == "draft" and "@" not in r["method"]]
             ours = [r["tokens_per_s"] for r in drafts]
         peer["tinyspec_speedup"] = round(max(ours) / peer["tokens_per_s"], 3) if ours else None
-    return peers

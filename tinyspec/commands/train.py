@@ -7,10 +7,10 @@ target, or a draft distilled from one), Medusa heads, an EAGLE draft head or a p
     python -m tinyspec train gpt --preset draft --distill-from weights/target.safetensors
     python -m tinyspec train medusa                    # heads for the shipped target -> runs/medusa/medusa.safetensors
     python -m tinyspec train eagle                     # an EAGLE draft head -> runs/eagle/eagle.safetensors
-    python -m tinyspec train parallel                  # a parallel feature head -> runs/parallel/parallel.safetensors
+    python -m tinyspec train parallel                  # a parallel feature head -> runs/eagle/parallel.safetensors
 
-Nothing is written into weights/ unless you name a file there with --out, and a shipped file is
-only replaced with --force. How each is trained is `training/` (`gpt.py`, `heads.py`); this file
+Nothing is written into weights/ unless you name a file there with --out, and a shipped file, or
+an earlier run's weights, is only replaced with --force. How each is trained is `training/` (`gpt.py`, `heads.py`); this file
 checks the flags and the paths, loads the models with one-line errors, and calls it.
 """
 
@@ -33,8 +33,14 @@ from ..model import GPT, PRESETS
 from ..tokenizer import count_chunks, save_ranks, train_bpe
 from ..training import corpus, gpt, heads
 from ..training.checkpoint import Budget, check_fresh_start, latest_checkpoint, saved_state
+from ..training.optim import Diverged
 from .cli import (WEIGHTS, ArgumentParser, HelpFormatter, check_destination, check_input, check_output, check_tokenizer,
                   die, examples, load_encoding, load_model, pick_device, run_main, seed, set_threads)
+
+
+# The largest --lr accepted: AdamW moves every weight by about the learning rate each step (its update is
+# normalised by the gradient's own size), so above 1 a single step outgrows the weights it changes.
+MAX_LR = 1.0
 
 
 def check_texts(paths: list[str] | None) -> None:
@@ -76,11 +82,12 @@ def train_gpt(args) -> None:
     set_threads(args.threads, device, default=None)
     enc = load_encoding(args.tokenizer)
     run_dir = check_output(args.run_dir or f"runs/{args.preset}", "--run-dir", directory=True)
-    check_fresh_start(run_dir, args.resume, args.force)
+    args.run_dir = str(run_dir)  # (for `last_good`)
     out = check_destination(args.out or run_dir / "final.safetensors", args.force)
+    check_fresh_start(run_dir, args.resume, args.force, out)
     check_output(args.data_dir, "--data-dir", directory=True)
     check_texts(args.text)
-    overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k)}
+    overrides = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "n_ctx") if getattr(args, k) is not None}
     config = replace(PRESETS[args.preset], vocab_size=enc.n_vocab, **overrides)
     if config.n_embd % config.n_head:
         die(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
@@ -117,11 +124,14 @@ def train_gpt(args) -> None:
 # ---- heads on a frozen target ---------------------------------------------------------------
 
 def frozen_target(args):
-    """(device, tokenizer, the target in float32) for training something on the target's own text."""
+    """(device, tokenizer, the target in float32) for training something on the target's own text.
+    The weights go to --out, else into --run-dir (`<what>.safetensors`), and replace an earlier
+    run's only with --force (or --resume)."""
     device = pick_device(args.device)
     set_threads(args.threads, device, default=None)
-    check_destination(args.out, args.force)
     args.run_dir = str(check_output(args.run_dir, "--run-dir", directory=True))  # through a link: its target
+    args.out = str(check_destination(args.out or Path(args.run_dir) / f"{args.what}.safetensors", args.force))
+    check_fresh_start(Path(args.run_dir) / "checkpoints", getattr(args, "resume", False), args.force, Path(args.out))
     check_output(args.data_dir, "--data-dir", directory=True)
     enc = load_encoding(args.tokenizer)
     if not check_input(args.target, "--target").is_file():
@@ -146,7 +156,6 @@ def train_eagle(args) -> None:
     run_dir, ckpt_dir = Path(args.run_dir), Path(args.run_dir) / "checkpoints"
     if args.resume and latest_checkpoint(ckpt_dir) is None:
         die(f"--resume: no checkpoint in {ckpt_dir} (its file 'latest' names the last one)")
-    check_fresh_start(ckpt_dir, args.resume, args.force)
     kind = ParallelHead if args.what == "parallel" else EagleHead
     if args.init_from == "none":
         args.init_from = None
@@ -239,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "with a fresh learning-rate schedule; the card records it")
     g.add_argument("--run-dir", help="checkpoints for --resume (default runs/<preset>)")
     g.add_argument("--out", help="final weights (default: <run-dir>/final.safetensors); a .md model card goes beside")
-    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and starting "
-                   "over in a --run-dir that holds an earlier run's checkpoints (they are removed)")
+    g.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/ or an earlier "
+                   "run's --out, and starting over in a --run-dir that holds an earlier run's checkpoints (they are "
+                   "removed)")
     g.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype of the saved "
                    "weights (bfloat16 halves the file; tinyspec loads it in the dtype --dtype asks for)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --run-dir")
@@ -263,19 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     m.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     m.add_argument("--window", type=int, default=64, help="positions per sequence the heads train on each step")
-    m.add_argument("--out", default="runs/medusa/medusa.safetensors", help="the heads; a .md card goes beside")
+    m.add_argument("--out", help="the heads (default: <run-dir>/medusa.safetensors, never an earlier run's without "
+                   "--force); a .md card goes beside")
     e = sub.add_parser("eagle", help="train an EAGLE draft head on a frozen target (self-distilled data)",
                        formatter_class=HelpFormatter, epilog=examples(
                            "python -m tinyspec train eagle                           # reuses train medusa's sequences",
                            "python -m tinyspec train eagle --steps 800 --resume      # continue an interrupted run"))
     add_self_distill_args(e, sequences=1024, run_dir="runs/eagle")
-    add_feature_head_args(e, "runs/eagle/eagle.safetensors", depth=1)
+    add_feature_head_args(e, "eagle", depth=1)
     par = sub.add_parser("parallel", help="train a parallel feature head (EAGLE's, drafting a block in one forward)",
                          formatter_class=HelpFormatter, epilog=examples(
                              "python -m tinyspec train parallel      # from the shipped EAGLE head, reusing its sequences",
                              "python -m tinyspec train parallel --init-from none --steps 800   # from random weights"))
     add_self_distill_args(par, sequences=1024, run_dir="runs/eagle")
-    add_feature_head_args(par, "runs/parallel/parallel.safetensors", depth=5)
+    add_feature_head_args(par, "parallel", depth=5)
     par.add_argument("--heads-from", default=str(WEIGHTS / "medusa.safetensors"), help="start the depth heads from "
                      "these Medusa heads ('none': new ones), with --init-from an EAGLE head")
     par.add_argument("--keep-eagle", action="store_true", help="train the Medusa heads only: depth 1 stays the "
@@ -284,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def add_feature_head_args(e, out: str, depth: int) -> None:
+def add_feature_head_args(e, what: str, depth: int) -> None:
     """The flags of a head on the target's features (eagle, parallel)."""
     e.add_argument("--steps", type=int, default=800, help="optimizer steps")
     e.add_argument("--batch-size", type=int, default=8, help="sequences per step")
@@ -300,7 +311,8 @@ def add_feature_head_args(e, out: str, depth: int) -> None:
                    "depth 1's feature; the parallel head drafts N deep)")
     e.add_argument("--anchors", type=int, default=64, help="positions per sequence that depths 2..N train at")
     e.add_argument("--init-from", help="start from this head (an EAGLE head for either; 'none': random weights)")
-    e.add_argument("--out", default=out, help="the head; a .md card goes beside (copy both to weights/ to ship them)")
+    e.add_argument("--out", help=f"the head (default: <run-dir>/{what}.safetensors, never an earlier run's without "
+                   "--force or --resume); a .md card goes beside (copy both to weights/ to ship them)")
 
 
 def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
@@ -316,9 +328,11 @@ def add_self_distill_args(p, sequences: int, run_dir: str) -> None:
                    "(set TINYSPEC_HOME to move tinyspec's folder)")
     p.add_argument("--stdlib-only", action="store_true", help="prompts from the standard library alone (otherwise "
                    "the corpus with the pinned packages, downloaded once into --data-dir)")
-    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept")
-    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/, and (eagle, "
-                   "parallel) starting over where --run-dir holds an earlier run's checkpoints (they are removed)")
+    p.add_argument("--run-dir", default=run_dir, help="where self-distilled data (and checkpoints) are kept, and "
+                   "the weights unless --out says otherwise")
+    p.add_argument("--force", action="store_true", help="allow replacing a shipped file in weights/ or an earlier "
+                   "run's --out, and (eagle, parallel) starting over where --run-dir holds an earlier run's checkpoints "
+                   "(they are removed)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores; on a shared machine use 1, see README)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the data and of the sampler")
@@ -328,7 +342,8 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the card's "Reproduce" line: what followed `train`
     for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "vocab_size", "heads", "sequences",
-                 "gen_len", "prompt_len", "gen_batch", "window", "checkpoint_every", "depth", "anchors"):
+                 "gen_len", "prompt_len", "gen_batch", "window", "checkpoint_every", "depth", "anchors", "n_layer",
+                 "n_head", "n_embd", "n_ctx"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
             die(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if getattr(args, "warmup", 0) < 0:
@@ -336,11 +351,33 @@ def main(argv=None) -> None:
     for name in ("max_minutes", "lr"):  # None: not given (no time limit)
         if getattr(args, name, None) is not None and not getattr(args, name) > 0:
             die(f"--{name.replace('_', '-')} must be more than 0, got {getattr(args, name)}")
+    if getattr(args, "lr", 0) > MAX_LR:
+        die(f"--lr must be at most {MAX_LR}, got {args.lr}: AdamW moves every weight by about the learning rate each "
+            "step, and a trained model's weights are well under 1 (the defaults are 1.5e-3 and 2e-3)")
+    for name in ("noise", "ce_weight", "weight_decay"):  # nan fails both comparisons
+        value = getattr(args, name, 0)
+        if not 0 <= value < float("inf"):
+            die(f"--{name.replace('_', '-')} must be 0 or more (and finite), got {value}")
+    if getattr(args, "weight_decay", 0) * getattr(args, "lr", 0) >= 1:
+        die(f"--weight-decay {args.weight_decay} x --lr {args.lr} must be less than 1: AdamW multiplies each weight by "
+            "1 - lr x weight_decay every step, and a factor of 0 or less wipes the weights out or flips them")
     try:
         {"tokenizer": train_tokenizer, "gpt": train_gpt, "medusa": train_medusa, "eagle": train_eagle,
          "parallel": train_eagle}[args.what](args)
+    except Diverged as e:
+        die(f"{e}; {last_good(args)}")
     except (FileNotFoundError, ValueError) as e:
         die(str(e))
+
+
+def last_good(args) -> str:
+    """What a run that diverged leaves: its last checkpoint, saved before the loss went bad, or nothing
+    (no checkpoint holds weights that diverged, and neither do the final weights: they are not written)."""
+    checkpoints = {"gpt": Path(args.run_dir), "eagle": Path(args.run_dir) / "checkpoints",
+                   "parallel": Path(args.run_dir) / "checkpoints"}.get(args.what)
+    kept = checkpoints and latest_checkpoint(checkpoints)
+    return f"its last good checkpoint is kept, {kept} (--resume with a lower --lr continues from it)" if kept else \
+        "nothing was saved"
 
 
 if __name__ == "__main__":

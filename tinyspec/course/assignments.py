@@ -177,7 +177,7 @@ CHAPTERS = {
         deliverable="One head forward per step against EAGLE's one per depth: train a parallel head "
                     "(`python -m tinyspec train parallel --steps 200`, which starts from the shipped EAGLE head), then "
                     "`python -m tinyspec bench --methods ar,eagle:1,4,4,parallel:1,4,4 --parallel "
-                    "runs/parallel/parallel.safetensors --temperatures 0 --json`. Tabulate tau and speedup and "
+                    "runs/eagle/parallel.safetensors --temperatures 0 --json`. Tabulate tau and speedup and "
                     "explain by the cost of proposing (depth head forwards against one) whether the lower tau of "
                     "Medusa-style depths is paid back on your CPU."),
     "lookup": Chapter(

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..files import atomic_save_tensors, atomic_write_json, atomic_write_text
@@ -32,14 +35,38 @@ def save_checkpoint(run_dir: Path, model, opt, data_rng, state: dict) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def check_fresh_start(run_dir: Path, resume: bool, force: bool) -> None:
+@contextmanager
+def uninterrupted():
+    """Ctrl-C held back while the block runs, and raised when it ends: half an optimizer step would
+    leave weights and moments that no step ever made, which a checkpoint must never hold. Python's
+    own Ctrl-C only (an ignored one stays ignored), in the main thread (the only one signals reach)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def check_fresh_start(run_dir: Path, resume: bool, force: bool, out: Path | None = None) -> None:
     """A run without --resume starts over, and its first checkpoint removes every one before it
-    (`save_checkpoint`): an earlier run's checkpoints are removed only with --force, never in silence
-    (ValueError otherwise: the command says it in one line)."""
+    (`save_checkpoint`), its end writes `out`: an earlier run's checkpoints and weights are replaced
+    only with --force, never in silence (ValueError otherwise: the command says it in one line)."""
+    if resume or force:
+        return
     earlier = sorted(run_dir.glob("step-*"))
-    if earlier and not resume and not force:
+    if earlier:
         raise ValueError(f"{run_dir} holds an earlier run's checkpoints ({earlier[-1].name}): pass --resume to "
                          "continue that run, --force to start over and remove them, or another --run-dir")
+    if out is not None and out.exists():
+        raise ValueError(f"{out} already exists (an earlier run's weights?): pass --force to replace it, or give "
+                         "another --run-dir or --out")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

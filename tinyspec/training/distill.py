@@ -25,7 +25,7 @@ from ..methods.parallel import ParallelHead
 from ..model import GPT, causal_mask
 from ..sampling import probs, sample
 from .corpus import TokenFile
-from .optim import lr_at, make_optimizer
+from .optim import check_finite, lr_at, make_optimizer
 
 
 def medusa_loss(head_logits: torch.Tensor, target_logits: torch.Tensor,
@@ -117,6 +117,7 @@ def train_heads(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_le
         start = first + int(torch.randint(T - first - span + 1, (1,), generator=g))
         part = slice(start, start + span)
         loss, per_head = medusa_loss(heads(hidden[:, part], model.lm_head), target_logits[:, part])
+        check_finite(loss.item(), step + 1)  # before the step: nan spreads into every weight it reaches
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -231,6 +232,7 @@ def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor,
             group["lr"] = lr_at(step, steps, lr, max(1, steps // 20))
         rows = torch.randint(len(sequences), (batch,), generator=g)
         loss, parts = unrolled_loss(model, head, features[rows], tokens[rows].to(device), depth, anchors, noise, w, g)
+        check_finite(loss.item(), step + 1)  # before the step: nan spreads into every weight it reaches
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

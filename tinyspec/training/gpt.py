@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,9 +23,9 @@ from tqdm import tqdm
 
 from ..files import atomic_write_text, shown
 from ..model import GPT
-from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint, saved_state, uninterrupted
 from .corpus import TokenFile
-from .optim import lr_at, make_optimizer
+from .optim import Diverged, check_finite, check_weights, lr_at, make_optimizer
 
 # The longest context `train gpt` accepts: attention costs n_ctx^2 per layer and the learned position
 # table has n_ctx rows, and GPT-2 itself stops at 1024; beyond a few thousand nothing trains here.
@@ -105,8 +106,10 @@ def train_gpt(model: GPT, corpus: Path, run_dir: Path, out: Path, settings: Sett
     print(f"{settings.preset}: {model.num_params() / 1e6:.2f}M parameters, {settings.steps} steps x {tokens_per_step} "
           f"tokens on {device} (train split: {meta['train']['tokens'] / 1e6:.1f}M tokens)")
 
-    def checkpoint(losses):
-        history.append({"step": step, "tokens_seen": tokens_seen} | {k: round(v, 4) for k, v in losses.items()})
+    def checkpoint(losses=None):
+        """A checkpoint of this step; with `losses`, of its validation too (the curve's next point)."""
+        if losses is not None:
+            history.append({"step": step, "tokens_seen": tokens_seen} | {k: round(v, 4) for k, v in losses.items()})
         save_checkpoint(run_dir, model, opt, data_rng, {"step": step, "tokens_seen": tokens_seen,
                         "config": asdict(config), "history": history, "args": asdict(settings),
                         "train_seconds": round(seconds_before + time.time() - t_start, 1)})
@@ -117,6 +120,9 @@ def train_gpt(model: GPT, corpus: Path, run_dir: Path, out: Path, settings: Sett
                   evaluate(model, tokens, settings.eval_batches, settings.batch_size, settings.block_size, device, autocast)
                   for name, tokens in val_sets.items()}
         val = losses["val_loss"]
+        for value in losses.values():  # a model that diverged is never checkpointed
+            check_finite(value, step, "validation loss")
+        check_weights(model, step)
         budget.eval_s = time.time() - t0
         bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}" +
                   (f" (packages {losses['val_packages']:.3f})" if "val_packages" in losses else ""))
@@ -127,37 +133,57 @@ def train_gpt(model: GPT, corpus: Path, run_dir: Path, out: Path, settings: Sett
     t_start = time.time()
     bar = tqdm(total=settings.steps, initial=step, desc="training", dynamic_ncols=True)
     model.train()
-    out_of_time, loss = False, torch.tensor(float("nan"))
-    while step < settings.steps:
-        if not budget.room_for_a_step():
-            out_of_time = True
-            break
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings.steps, settings.lr, settings.warmup)
-        x, y = (t.to(device, non_blocking=True)
-                for t in train_tokens.batch(settings.batch_size, settings.block_size, data_rng))
-        t0 = time.time()
-        with autocast:
-            logits, _ = step_fn(x)
-            if teacher is not None:
-                with torch.no_grad():
-                    target_probs = torch.softmax(teacher(x)[0].float(), -1)
-        if teacher is None:
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        else:  # cross-entropy against the teacher's distribution = KL(p_teacher || q_student) + const
-            loss = -(target_probs * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step, tokens_seen = step + 1, tokens_seen + tokens_per_step
-        bar.update(1)
-        budget.step_s = time.time() - t0
-        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / budget.step_s:.0f}")
-        if step % settings.eval_every == 0 or step == settings.steps:
+    out_of_time, loss, sampler = False, torch.tensor(float("nan")), None
+    try:
+        while step < settings.steps:
+            if not budget.room_for_a_step():
+                out_of_time = True
+                break
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, settings.steps, settings.lr, settings.warmup)
+            sampler = data_rng.get_state()  # put back if Ctrl-C comes before this step is taken
+            x, y = (t.to(device, non_blocking=True)
+                    for t in train_tokens.batch(settings.batch_size, settings.block_size, data_rng))
+            t0 = time.time()
+            with autocast:
+                logits, _ = step_fn(x)
+                if teacher is not None:
+                    with torch.no_grad():
+                        target_probs = torch.softmax(teacher(x)[0].float(), -1)
+            if teacher is None:
+                loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            else:  # cross-entropy against the teacher's distribution = KL(p_teacher || q_student) + const
+                loss = -(target_probs * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
+            check_finite(loss.item(), step + 1)  # before the step: the weights are still the last good ones
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with uninterrupted():  # a step is taken whole or not at all
+                opt.step()
+                step, tokens_seen, sampler = step + 1, tokens_seen + tokens_per_step, None
+            bar.update(1)
+            budget.step_s = time.time() - t0
+            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens_per_step / budget.step_s:.0f}")
+            if step % settings.eval_every == 0 or step == settings.steps:
+                validate()
+        if not history or history[-1]["step"] != step:  # stopped between validations: validate and checkpoint here
             validate()
-    if not history or history[-1]["step"] != step:  # stopped between validations: validate and checkpoint here
-        validate()
+    except Diverged:
+        bar.close()  # the error that follows gets a line of its own
+        raise
+    except KeyboardInterrupt:
+        bar.close()
+        if sampler is not None:  # the step under way was not taken: its batch is drawn again on --resume
+            data_rng.set_state(sampler)
+        kept = latest_checkpoint(run_dir)
+        if step and (kept is None or saved_state(kept)["step"] != step) and all(
+                torch.isfinite(p).all() for p in model.parameters()):  # the steps since the last checkpoint are kept
+            checkpoint()
+            kept = latest_checkpoint(run_dir)
+        said = f"step {saved_state(kept)['step']}'s checkpoint is in {kept}: --resume continues from it ({out} " \
+            "was not written)" if kept else "nothing was saved (stopped before the first step)"
+        print(f"\n[interrupted] {said}", file=sys.stderr)
+        raise SystemExit(130) from None
     if out_of_time:
         bar.write(f"--max-minutes {settings.max_minutes}: stopped at step {step}, before a step and validation would "
                   f"pass it (a step takes {budget.step_s:.1f}s here); --resume continues")

@@ -25,6 +25,7 @@ from ..sampling import Sampling
 from ..tree import expected_accepted, from_accuracies
 from . import corpus, distill
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .optim import check_weights
 
 
 @dataclass
@@ -97,6 +98,7 @@ def train_medusa(target: GPT, enc, data: SelfDistilled, run_dir: Path, out: Path
     heads = MedusaHeads(target.config.n_embd, n_heads).to(target.lm_head.weight.device)
     losses = distill.train_heads(target, heads, train_seqs, data.prompt_len, steps, batch_size, lr, data.seed,
                                  window=window)
+    check_weights(heads, steps)
     heads.accuracy = distill.head_accuracy(target, heads, heldout, data.prompt_len)
     heads.target_fingerprint = target.fingerprint()
     heads.save(out)
@@ -158,6 +160,7 @@ def train_eagle(target: GPT, head, enc, data: SelfDistilled, run_dir: Path, cach
         return state["step"], state["curve"]
 
     def checkpoint(step, opt, g, curve):
+        check_weights(head, step)  # a checkpoint holds the last good weights, never a diverged run's
         save_checkpoint(ckpt_dir, head, opt, g, {"step": step, "curve": curve, "args": asdict(settings),
                         "train_seconds": round(seconds["before"] + time.time() - seconds["start"], 1)})
 

@@ -12,6 +12,27 @@ import math
 import torch
 
 
+class Diverged(ValueError):
+    """The loss is no longer a number (nan or inf): the step would write weights that are no model.
+    Training stops before it, and before anything more is saved; the command says it in one line
+    and names the last good checkpoint."""
+
+
+def check_finite(loss: float, step: int, what: str = "training loss") -> None:
+    """Diverged if `loss` (of the step numbered `step`, from 1) is nan or inf."""
+    if not math.isfinite(loss):
+        raise Diverged(f"the {what} is {loss} at step {step}: the run diverged (a learning rate too high for this "
+                       "model?), so training stopped there")
+
+
+def check_weights(module: torch.nn.Module, step: int) -> None:
+    """Diverged if a weight of `module` is nan or inf after `step` steps (checked before it is saved:
+    a step of finite loss can still write them)."""
+    if not all(torch.isfinite(p).all() for p in module.parameters()):
+        raise Diverged(f"the weights are not finite numbers after step {step}: the run diverged (a learning rate too "
+                       "high for this model?), so training stopped there")
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     """Linear warm-up, then cosine decay from `peak` to peak/10 at `total`."""
     if step < warmup:
