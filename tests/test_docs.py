@@ -1212,6 +1212,49 @@ def test_a_stale_prose_figure_is_caught(tmp_path, monkeypatch):
     assert [(f, found_in(f, file_numbers(s[0]))) for _, f, _, s in prose_figures(doc)] == [("2.27", True)]
 
 
+def paragraph_with(doc: Path, words: str) -> str:
+    """The paragraph of `doc` that holds `words` (line breaks as spaces)."""
+    found = [" ".join(p.split()) for p in re.split(r"\n\s*\n", doc.read_text()) if words in " ".join(p.split())]
+    assert len(found) == 1, f"{doc.name}: {len(found)} paragraphs hold {words!r}"
+    return found[0]
+
+
+def cpu_of(report: str) -> str:
+    """The CPU family a saved report was measured on, from its `device` ("AMD EPYC (AVX2), 1 thread")."""
+    device = json.loads((ROOT / report).read_text())["device"]
+    return next(name for name in ("Xeon", "EPYC", "Ryzen", "Core", "Apple", "cuda", "NVIDIA") if name in device)
+
+
+@pytest.mark.parametrize("report, words", [
+    ("docs/bench_bf16.json", "--save docs/bench_bf16.json"), ("docs/batch.json", "--save docs/batch.json"),
+    ("docs/tau_seeds.json", "`docs/tau_seeds.json`")])
+def test_a_paragraph_showing_a_saved_run_names_its_cpu(report, words):
+    """The paragraph that shows how a report was made names the CPU it was made on (its `device`),
+    not "this CPU" or another chapter's."""
+    text = paragraph_with(ROOT / "walkthrough.md", words)
+    assert cpu_of(report) in text, f"the paragraph showing {report} does not name its CPU, {cpu_of(report)}"
+
+
+def test_the_guides_noise_figures_are_the_seeded_runs():
+    """The rules deliverable's noise paragraph in the instructor's guide quotes tau, its spread over
+    seeds and the rules' gains from `docs/tau_seeds.json` (or `docs/bench.json`'s single run), and
+    the saved spreads and gains are what the saved tau make."""
+    saved = json.loads((ROOT / "docs" / "tau_seeds.json").read_text())
+    assert saved["seeds"] == [0, 1, 2] and saved["device"] and saved["command"].startswith("python -m tinyspec bench")
+    for row in saved["tau"] + saved["gains"]:
+        assert len(row["by_seed"]) == 3 and row["spread"] == pytest.approx(max(row["by_seed"]) - min(row["by_seed"]), abs=2e-3)
+    tau = {(r["method"], r["category"]): r["by_seed"] for r in saved["tau"]}
+    for g in saved["gains"]:
+        want = [a - b for a, b in zip(tau[(g["method"], g["category"])], tau[(g["over"], g["category"])])]
+        assert g["by_seed"] == pytest.approx(want, abs=2e-3), g
+    paragraph = paragraph_with(GUIDE, "**Noise.** Each cell")
+    assert "docs/tau_seeds.json" in paragraph
+    numbers = file_numbers("docs/tau_seeds.json") + file_numbers("docs/bench.json")
+    prose = re.sub(r"\$[^$]*\$|`[^`]*`", " ", paragraph)
+    figures = [m.group(1) for m in FIGURE.finditer(prose)]
+    assert figures and all(found_in(f, numbers) for f in figures), [f for f in figures if not found_in(f, numbers)]
+
+
 def test_the_books_parameter_counts_are_the_models():
     """Chapter 2's preset sizes, chapter 8's shared and private head sizes and chapter 9's EAGLE
     head, counted from the modules themselves: figures the prose quotes without a file."""
