@@ -46,12 +46,12 @@ def target_joint() -> torch.Tensor:
     """The target's own distribution of its first K + 1 tokens, which a correct rule reproduces."""
     joint = torch.ones(1, dtype=torch.float64)
     for d in range(K + 1):
-        rows = torch.stack([p(divmod_digits(i, d)) for i in range(V ** d)])  # (V^d, V)
+        rows = torch.stack([p(tokens_of(i, d)) for i in range(V ** d)])  # (V^d, V)
         joint = (joint[:, None] * rows).flatten()
     return joint
 
 
-def divmod_digits(index: int, d: int) -> list[int]:
+def tokens_of(index: int, d: int) -> list[int]:
     """The d tokens whose base-V number is `index`, the first the most significant."""
     return [index // V ** (d - 1 - i) % V for i in range(d)]
 
