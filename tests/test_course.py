@@ -99,6 +99,8 @@ def test_every_graded_test_of_random_draws_says_how_often_it_fails_a_correct_sol
         "tests/test_verify.py::test_traversal_is_block_verification_on_a_chain",
         "tests/test_sampling.py::test_seeded_sampling_is_reproducible_and_follows_p",
         "tests/test_sampling.py::test_zero_probability_tokens_are_never_drawn_and_one_hot_gives_its_token"}
+    assert {t for t, kind in kinds.items() if kind == "total variation"} == {
+        "tests/test_block_correction.py::test_block_has_the_target_distribution_where_the_correction_is_weighed"}
 
 
 def test_the_rules_handout_says_what_the_tests_hold_beyond_the_docstrings():

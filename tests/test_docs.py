@@ -14,8 +14,11 @@ import ast
 import importlib
 import itertools
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from tinyspec.commands.cli import WEIGHTS
 
 ROOT = WEIGHTS.parent
 DOCS = [ROOT / "README.md", ROOT / "walkthrough.md", ROOT / "docs" / "appendix.md", ROOT / "docs" / "results.md"]
+GUIDE = ROOT / "docs" / "instructor.md"  # its commands are held like the DOCS' (1.); its prose by test_instructor.py
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`]+)`")
 
@@ -48,16 +52,22 @@ def quick(argv) -> bool:
 
 def shown_commands():
     """(doc, argv) for each command in a code block (one per line, `&&` chains split, comments
-    dropped) or in an inline code span."""
+    dropped) or in an inline code span. The guide also shortens a command to its verb and flags
+    (`bench --methods ...`): that is `python -m tinyspec bench --methods ...`."""
     found = []
-    for doc in DOCS:
+    for doc in DOCS + [GUIDE]:
         text = unquoted(doc)
+        if doc == GUIDE:  # its exercise headings quote the book's first line, a span cut off at its end
+            text = re.sub(r"^#+ .*$", "", text, flags=re.M).replace("\\`", "'")  # and it escapes a backtick
         for block in FENCE.findall(text):
             for line in block.splitlines():
                 for part in line.split("#")[0].split("&&"):
                     found.append((doc.name, part))
         for span in INLINE.findall(FENCE.sub("", text)):
-            found.append((doc.name, " ".join(span.split())))
+            span = " ".join(span.split())
+            if doc == GUIDE and re.match(r"(bench|generate|train|evaluate|figures|data|course) --", span):
+                span = "python -m tinyspec " + span
+            found.append((doc.name, span))
     return [(doc, spelled_out(shlex.split(c.strip()))) for doc, c in found if c.strip().startswith("python -m tinyspec")]
 
 
@@ -616,6 +626,22 @@ def test_coursework_chapters_name_headings_of_the_book():
     assert {c.walkthrough for c in CHAPTERS.values()} <= headings
 
 
+def test_the_guides_chapter_references_link_the_books_headings():
+    """The instructor's guide names a book chapter by a link to its heading, labelled with the
+    heading's number ("[chapter 13](../walkthrough.md#13-benchmarking-costs-and-sizing)"): a bare
+    "chapter 12" cannot be checked, and goes stale when the book is renumbered."""
+    guide = FENCE.sub("", GUIDE.read_text())
+    numbers = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-"): int(h.split()[0])
+               for h in re.findall(r"^## (\d+ .*)$", (ROOT / "walkthrough.md").read_text(), re.M)}
+    links = re.findall(r"\[[Cc]hapter (\d+)\]\(\.\./walkthrough\.md#([^)]+)\)", guide)
+    assert len(links) >= 20
+    for label, anchor in links:
+        assert anchor in numbers, f"instructor.md links chapter {label} to #{anchor}, which no heading of the book has"
+        assert numbers[anchor] == int(label), f"instructor.md calls #{anchor} chapter {label}: it is chapter {numbers[anchor]}"
+    bare = re.findall(r"(?<!\[)\b[Cc]hapters? \d+\b(?!\])", guide)
+    assert not bare, f"instructor.md names {bare[:3]} without a link to the book's heading"
+
+
 def test_the_coursework_table_is_course_chapters():
     """The book's table of assignments is `course.chapters_table()` line for line: every chapter
     `course` hands out, its functions and its number of graded tests. The appendix's count for the
@@ -683,6 +709,48 @@ def test_the_appendix_names_every_rule_the_chain_rules_test_runs():
     said = said[:said.index(" times")]
     assert set(re.findall(r"`(\w+)`", said)) - {"test_chain_rules_reproduce_the_target_two_token_distribution"} \
         == set(rules), said
+
+
+def appendix_scripts() -> list[tuple[str, str]]:
+    """(Python source, what the appendix says it prints, or "") of each `cd tests && python -c "..."`
+    block of the appendix: the figures it derives from the tests' own helpers."""
+    text = (ROOT / "docs" / "appendix.md").read_text()
+    found = []
+    for m in re.finditer(r"^```\n(cd tests && python -c \"(.*?)\")\n^```\n(.*?)(?=\n\n)", text, re.S | re.M):
+        after = " ".join(m.group(3).split())
+        found.append((m.group(2), "\n".join(re.findall(r"`([^`]+)`", after)) if after.startswith("prints") else ""))
+    return found
+
+
+def test_the_appendixs_scripts_call_what_the_tests_define():
+    """Each script of the appendix compiles, and every `module.name` it takes from a test module
+    (`import test_verify as tv`: `tv.chain_outputs`) exists there; they run in full, slow-marked, below."""
+    scripts = appendix_scripts()
+    assert len(scripts) >= 3
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        for source, _ in scripts:
+            tree = ast.parse(source)
+            modules = {alias.asname or alias.name: importlib.import_module(alias.name)
+                       for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                    module = modules[node.value.id]
+                    assert hasattr(module, node.attr), f"the appendix calls {module.__name__}.{node.attr}, which is gone"
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, prints", appendix_scripts(), ids=lambda v: v.strip().splitlines()[0][:50] if v else "-")
+def test_the_appendixs_scripts_run_and_print_what_it_says(source, prints):
+    """Each script runs as the appendix shows it (from tests/), and where the appendix says what it
+    prints, its output holds those lines."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", source], cwd=ROOT / "tests", env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for line in filter(None, prints.split("\n")):
+        assert line in done.stdout, f"the appendix says it prints {line!r}; it printed {done.stdout!r}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
@@ -1227,6 +1295,49 @@ def test_a_stale_prose_figure_is_caught(tmp_path, monkeypatch):
     assert got == [("2.31", False), ("99%", False)]
     doc.write_text("## Results\n\nSaved in `docs/r.json`.\n\nSo `rest` ran at 2.27x ($x = 0.5$).\n")
     assert [(f, found_in(f, file_numbers(s[0]))) for _, f, _, s in prose_figures(doc)] == [("2.27", True)]
+
+
+def paragraph_with(doc: Path, words: str) -> str:
+    """The paragraph of `doc` that holds `words` (line breaks as spaces)."""
+    found = [" ".join(p.split()) for p in re.split(r"\n\s*\n", doc.read_text()) if words in " ".join(p.split())]
+    assert len(found) == 1, f"{doc.name}: {len(found)} paragraphs hold {words!r}"
+    return found[0]
+
+
+def cpu_of(report: str) -> str:
+    """The CPU family a saved report was measured on, from its `device` ("AMD EPYC (AVX2), 1 thread")."""
+    device = json.loads((ROOT / report).read_text())["device"]
+    return next(name for name in ("Xeon", "EPYC", "Ryzen", "Core", "Apple", "cuda", "NVIDIA") if name in device)
+
+
+@pytest.mark.parametrize("report, words", [
+    ("docs/bench_bf16.json", "--save docs/bench_bf16.json"), ("docs/batch.json", "--save docs/batch.json"),
+    ("docs/tau_seeds.json", "`docs/tau_seeds.json`")])
+def test_a_paragraph_showing_a_saved_run_names_its_cpu(report, words):
+    """The paragraph that shows how a report was made names the CPU it was made on (its `device`),
+    not "this CPU" or another chapter's."""
+    text = paragraph_with(ROOT / "walkthrough.md", words)
+    assert cpu_of(report) in text, f"the paragraph showing {report} does not name its CPU, {cpu_of(report)}"
+
+
+def test_the_guides_noise_figures_are_the_seeded_runs():
+    """The rules deliverable's noise paragraph in the instructor's guide quotes tau, its spread over
+    seeds and the rules' gains from `docs/tau_seeds.json` (or `docs/bench.json`'s single run), and
+    the saved spreads and gains are what the saved tau make."""
+    saved = json.loads((ROOT / "docs" / "tau_seeds.json").read_text())
+    assert saved["seeds"] == [0, 1, 2] and saved["device"] and saved["command"].startswith("python -m tinyspec bench")
+    for row in saved["tau"] + saved["gains"]:
+        assert len(row["by_seed"]) == 3 and row["spread"] == pytest.approx(max(row["by_seed"]) - min(row["by_seed"]), abs=2e-3)
+    tau = {(r["method"], r["category"]): r["by_seed"] for r in saved["tau"]}
+    for g in saved["gains"]:
+        want = [a - b for a, b in zip(tau[(g["method"], g["category"])], tau[(g["over"], g["category"])])]
+        assert g["by_seed"] == pytest.approx(want, abs=2e-3), g
+    paragraph = paragraph_with(GUIDE, "**Noise.** Each cell")
+    assert "docs/tau_seeds.json" in paragraph
+    numbers = file_numbers("docs/tau_seeds.json") + file_numbers("docs/bench.json")
+    prose = re.sub(r"\$[^$]*\$|`[^`]*`", " ", paragraph)
+    figures = [m.group(1) for m in FIGURE.finditer(prose)]
+    assert figures and all(found_in(f, numbers) for f in figures), [f for f in figures if not found_in(f, numbers)]
 
 
 def test_the_books_parameter_counts_are_the_models():

@@ -135,9 +135,11 @@ def chain_outputs(accept, p1, p2, p3, q1, q2, n, seed=0):
 
 def context_dependent_tables(W=3, temperature=1.5, seed=46):
     """p1, p2[a], p3[a, b] for the target and q1, q2[a] for the draft: random, and far apart.
-    The defaults were chosen (by enumerating the rule's outcomes exactly) so that plausible
-    mistakes in block verification move the two-token distribution by 0.1 to 0.25 in total
-    variation: a test on them can see such a mistake, not only a gross one."""
+    The defaults were chosen (by enumerating the rule's outcomes exactly) so that the planted
+    mistakes in block verification below move the two-token distribution by 0.1 to 0.25 in total
+    variation: a test on them can see such a mistake, not only a gross one. Slips inside block's
+    correction move it far less here (0.002 without the weight p_tau): test_block_correction.py
+    holds those on tables of its own."""
     g = torch.Generator().manual_seed(seed)
     soft = lambda *shape: torch.softmax(temperature * torch.randn(*shape, W, generator=g), -1)
     return soft(), soft(W), soft(W, W), soft(), soft(W)

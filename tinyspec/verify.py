@@ -127,6 +127,9 @@ def block(tokens, p, tree: Tree, q: torch.Tensor, generator=None, note=None):
         S_i = sum_x max(0, p_i Mb(x | X^i) - Ms(x | X^i))
         h_i = S_i / (S_i + 1 - p_i)  for i < k,   h_k = p_k
 
+    with h_i = 1 where S_i + 1 - p_i = 0 (0 / 0: S_i = 0 and p_i = 1, so Mb(. | X^i) = Ms(. | X^i)
+    and the block up to x_i loses nothing; a NaN there would never be hit).
+
     With eta_i uniform, tau is the LAST i with eta_i < h_i (0 if none): x_1..x_tau are
     accepted, then the next token comes from Mb(. | X^k) if tau = k, else from
     norm(max(0, p_tau Mb(. | X^tau) - Ms(. | X^tau))). Unlike the token-level rule, a

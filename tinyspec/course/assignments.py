@@ -115,6 +115,7 @@ CHAPTERS = {
          "tests/test_verify.py::test_traversal_is_block_verification_on_a_chain",
          "tests/test_verify.py::test_block_refuses_a_branching_tree",
          "tests/test_verify.py::test_block_verification_accepts_more_on_the_papers_example",
+         "tests/test_block_correction.py::test_block_has_the_target_distribution_where_the_correction_is_weighed",
          "tests/test_verify.py::test_lossless_tree_sampling_has_the_target_distribution",
          "tests/test_verify.py::test_pointmass_rule_makes_the_top_k_tree_lossless",
          "tests/test_verify.py::test_traversal_verification_of_a_sampled_tree_has_the_target_distribution"),

@@ -47,8 +47,8 @@ def signature(root: Path, function: str) -> str:
 
 
 def statistical(root: Path, test: str) -> str | None:
-    """How a graded test is statistical, or None: "chi-square" (its body computes `chi_square`), or
-    "mean" (it holds a mean or a frequency of random draws within a bound of so many standard
+    """How a graded test is statistical, or None: "chi-square" (its body computes `chi_square`),
+    "total variation" (its body computes `total_variation`), or "mean" (it holds a mean or a frequency of random draws within a bound of so many standard
     deviations: `MEAN_WITHIN`, or a bound its comment counts in standard deviations)."""
     file, name = test.split("::")
     text = (root / file).read_text()
@@ -58,12 +58,18 @@ def statistical(root: Path, test: str) -> str | None:
     source = ast.get_source_segment(text, fn)  # with its comments
     if "chi_square(" in source:
         return "chi-square"
+    if "total_variation(" in source:
+        return "total variation"
     return "mean" if "MEAN_WITHIN" in source or "standard deviations" in source else None
 
 
 STATISTICAL = {  # what GRADING.md says of each kind: a correct solution fails each at most ~1e-5 of the time
     "chi-square": "statistical: a chi-square test of the output's counts against the exact distribution, on fixed "
                   "seeds, at a critical value of p ~ 1e-5, so a correct solution fails it about once in 100,000 runs",
+    "total variation": "statistical: the frequencies of its outcomes on fixed seeds, held within a total variation "
+                       "of the exact distribution that a correct solution exceeds far less often than once in "
+                       "100,000 runs (about twice in a billion, whatever order it draws its random numbers in), and "
+                       "each mistake it guards against moves the distribution twice as far",
     "mean": "statistical: a mean or frequency of random draws on fixed seeds, held to the exact figure within about "
             "4.5 standard deviations or more, so a correct solution fails it at most about once in 100,000 runs, "
             "whatever order it draws its random numbers in",
