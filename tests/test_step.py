@@ -21,7 +21,7 @@ from tinyspec.methods.medusa import Medusa
 from tinyspec.methods.parallel import Parallel
 from tinyspec.methods.rest import Datastore, Rest
 from tinyspec.results import run
-from tinyspec.sampling import Sampling
+from tinyspec.sampling import Sampling, draw
 from tinyspec.tree import Tree, from_choices
 
 from conftest import counting_sequences, random_heads, token_counts
@@ -111,6 +111,27 @@ def test_match_keeps_the_longest_path_of_the_targets_own_tokens():
     valid = torch.tensor([True, True, True, False, True, True])  # node 2 padding: never accepted
     path, n, nxt, _ = match(tokens, y, parent, mask, depth, valid, 3)
     assert path[:int(n)].tolist() == [0, 1] and nxt.tolist() == [7]
+
+
+def test_match_is_exact_when_siblings_repeat_a_token():
+    """The point-mass rule on a tree whose siblings all carry token 0 (parents [-1, -1, 0, 1], a
+    tree file's parents without ranks once loaded so): the first two tokens a step produces must
+    be two draws from p. Drawing once per duplicate node instead, the second token comes out 0
+    with probability 1 - 0.5^2 = 0.75, not p(0) = 0.5; 20,000 steps put the estimate within 0.004
+    (one standard deviation) of the truth, and the bound is 0.02."""
+    p = torch.tensor([0.5, 0.3, 0.2])  # the target's p after every token (V = 3)
+    tree = Tree((-1, -1, 0, 1))
+    mask, depth, parent = tree_tensors(torch.tensor(tree.parents), tree.max_depth)
+    tokens, valid = torch.zeros(5, dtype=torch.long), torch.ones(5, dtype=torch.bool)
+    g, n_steps, pairs = torch.Generator().manual_seed(0), 20000, torch.zeros(3, 3)
+    for u in torch.rand(n_steps, 5, generator=g):
+        y = draw(p.expand(5, 3), u)  # the target's own draw after each token
+        path, n, nxt, _ = match(tokens, y, parent, mask, depth, valid, tree.max_depth)
+        produced = tokens[path[1:int(n)]].tolist() + [int(nxt)]
+        if len(produced) < 2:  # the step stopped at the root: its next token is the first, and a
+            produced.append(int(torch.multinomial(p, 1, generator=g)))  # plain step draws the second
+        pairs[produced[0], produced[1]] += 1
+    assert (pairs / n_steps - p[:, None] * p).abs().max() < 0.02, f"{pairs / n_steps} against {p[:, None] * p}"
 
 
 def test_block_is_verify_block_with_the_same_numbers():

@@ -71,13 +71,17 @@ def tree_tensors(parents: torch.Tensor, D: int):
 def match(tokens, y, parent, mask, depth, valid, D: int):
     """The greedy and point-mass rules at once. y (T+1,): the target's token after each node, its
     argmax (greedy) or a draw from p (point-mass); node a is acceptable when tokens[a] == y[parent]
-    (the root always), and the deepest node whose ancestors are all acceptable ends the path.
-    Exact for point-mass proposals whose siblings are distinct tokens: following the child that
-    equals the target's own draw, node by node, is sampling from the target (`verify.pointmass`
-    walks the same distribution sibling by sibling). Returns (path (D+1,), n (1,), next (1,), best (1,))."""
-    ok = ((tokens == y[parent]) | (depth == 0)) & valid
-    good = ~(mask & ~ok).any(-1)  # every ancestor acceptable
-    best = (depth * good).argmax(-1, keepdim=True)  # (1,): the deepest (no two at one depth: distinct siblings)
+    and no earlier sibling carries the same token (the root always), and the deepest node whose
+    ancestors are all acceptable ends the path. Following the FIRST child that equals the target's
+    own draw, node by node, is sampling from the target, whatever the siblings repeat: a repeat
+    never gets a second draw (`verify.pointmass`, sibling by sibling, rejects a repeat of a
+    rejected token). Returns (path (D+1,), n (1,), next (1,), best (1,))."""
+    T1 = len(tokens)
+    earlier = torch.ones(T1, T1, dtype=torch.bool, device=tokens.device).tril(-1) & (depth > 0) & valid
+    repeat = (earlier & (parent[:, None] == parent) & (tokens[:, None] == tokens)).any(-1)  # (T+1,)
+    ok = ((tokens == y[parent]) & ~repeat | (depth == 0)) & valid
+    good = ~(mask & ~ok).any(-1)  # every ancestor acceptable: one node at most per depth
+    best = (depth * good).argmax(-1, keepdim=True)  # (1,): the deepest
     return on_path(mask, depth, best, D), depth[best] + 1, y[best], best
 
 
