@@ -13,7 +13,9 @@ import torch
 
 from tinyspec.kernels import step as step_module
 from tinyspec.kernels.step import Recorded, match, tree_tensors, walk
-from tinyspec.methods import Decoder
+from tinyspec.kvcache import KVCache
+from tinyspec.methods import Decoder, check_rule
+from tinyspec.methods.base import default_rule
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.eagle import Eagle
 from tinyspec.methods.lookup import PromptLookup
@@ -185,7 +187,7 @@ def tiny_method(m, method):
 def recorded_counts(m, method, rule, n_samples):
     """Counts of each prompt's first N tokens over seeds 0..n_samples - 1, batch 1, recorded step."""
     proposer, size = tiny_method(m, method)
-    recorded = Recorded(m["target"], proposer, size, rule)
+    recorded = Recorded(m["target"], proposer, size, rule=rule)
     counts, proposed = [], 0
     for prompt in PROMPTS:
         runs = [run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(seed), N))
@@ -268,7 +270,7 @@ def no_round_trips():
 
 def steps_without_round_trips(target, proposer, size, rule, sampling, prompt, n_steps=4):
     """Prefill as usual, then `n_steps` steps (and a plain one) with every round trip refused."""
-    recorded = Recorded(target, proposer, size, rule)
+    recorded = Recorded(target, proposer, size, rule=rule)
     loop = recorded.steps(prompt, sampling, torch.Generator().manual_seed(0), 100)
     next(loop)  # the prefill, and the method's reading of the prompt (the host's work, before any step)
     part, step, _, plain, _ = recorded.recording(sampling)
@@ -308,9 +310,79 @@ def test_what_a_recorded_step_cannot_run_is_refused(counting, method, rule, tree
     target, methods, _ = counting
     proposer = Eagle(target, methods["eagle"].head, tree=tree) if tree is not None else methods[method]
     with pytest.raises(ValueError, match=message) as e:
-        recorded = Recorded(target, proposer, None, rule)
+        recorded = Recorded(target, proposer, None, rule=rule)
         next(recorded.steps([1, 2], Sampling(1.0), torch.Generator(), 10))
     assert "\n" not in str(e.value)
+
+
+# ---- the readable loop's contracts, kept --------------------------------------------------------------
+
+@pytest.mark.parametrize("method, size", [("ar", None), ("draft", "2"), ("medusa", "4"), ("eagle", "2,3,6")])
+def test_a_recorded_step_records_no_autograd_graph(counting, method, size):
+    """As `decoding.decode`, the recorded step runs without autograd: with it, every eager step
+    chained a graph through the cache that the next prompt reuses (a 50,000-run test grew to 24 GB)."""
+    target, methods, prompts = counting
+    recorded = Recorded(target, methods.get(method), size)
+    modules = [target] + [m for m in vars(methods.get(method, object)).values() if isinstance(m, torch.nn.Module)]
+    weights = [w for m in modules for w in m.parameters()]
+    frozen = [w.requires_grad for w in weights]
+    try:
+        for w in weights:
+            w.requires_grad_(True)  # weights as loaded (training froze the session's model)
+        for prompt in prompts[:2]:
+            run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0), 12))
+    finally:
+        for w, f in zip(weights, frozen):
+            w.requires_grad_(f)
+    kept = vars(recorded.recording(Sampling(1.0))[0] or object).values()  # what the method's part keeps
+    state = [recorded.cache.k, recorded.cache.v, *recorded.state[:2]] + [t for t in kept if isinstance(t, torch.Tensor)] \
+        + [t for c in kept if isinstance(c, KVCache) for t in (c.k, c.v)]
+    assert len(state) > 4 or method == "ar"
+    assert not [t for t in state if t.requires_grad or t.grad_fn is not None], f"{method}: tensors with a graph"
+
+
+def test_without_a_generator_each_run_draws_fresh_numbers(tiny):  # noqa: F811 (the fixture)
+    """generator=None: the step's generator is seeded from torch's global one, as the readable loop
+    draws from it: under one global seed a run repeats, and runs that start with the same token go on
+    differently (seeded 0 on every call, every run's text was its first token's)."""
+    recorded = Recorded(tiny["target"])
+    def text(seed):
+        torch.manual_seed(seed)
+        return tuple(run(recorded.steps(PROMPTS[0], Sampling(1.0), None, 12)).token_ids)
+    texts = [text(seed) for seed in range(16)]
+    assert text(3) == texts[3]
+    assert len(set(texts)) > len({t[0] for t in texts}), texts
+
+
+def test_the_recorded_step_refuses_what_the_readable_loop_refuses(counting):
+    target, methods, _ = counting
+    problem = check_rule("medusa", "greedy", 1.0)
+    for driver in (Recorded, Decoder):
+        with pytest.raises(ValueError, match="neither sampling nor greedy") as e:
+            next(driver(target, methods["medusa"], "4", rule="greedy").steps([1, 2], Sampling(1.0), None, 10))
+        assert str(e.value) in problem and "\n" not in str(e.value)
+
+
+def test_both_drivers_take_policy_and_rule_by_keyword(counting):
+    target, methods, _ = counting
+    for driver in (Recorded, Decoder):
+        with pytest.raises(TypeError):
+            driver(target, methods["medusa"], "4", "pointmass")
+
+
+@pytest.mark.parametrize("method", ["draft", "medusa", "eagle", "parallel", "lookup", "rest"])
+def test_a_recorded_step_runs_the_default_rule_or_says_which_it_runs(counting, method):
+    """At T > 0 without --accept: the readable loop's default rule, or one line naming the rule
+    run instead (EAGLE's default, lossless, judges a sampled tree; its part grows the top-k one)."""
+    target, methods, _ = counting
+    recorded, readable = Recorded(target, methods[method], None), default_rule(methods[method], None, 1.0)
+    part = recorded.recording(Sampling(1.0))[1]
+    note = recorded.instead(1.0)
+    if part.rule == readable:
+        assert note is None
+    else:
+        assert note is not None and part.rule in note and readable in note and "\n" not in note
+    assert recorded.instead(0.0) is None and (method not in ("eagle", "parallel") or note is not None)
 
 
 # ---- on a GPU: the recorded graph replays the step ---------------------------------------------------

@@ -98,9 +98,9 @@ class Runner:
                 policy = policy_for(self.target, proposer, rule, sampling, self.sizing_prompts, self.max_rows,
                                     self.remeasure, self.progress)[0]
             if self.cuda_graph and not auto and name in PARTS:  # (lookahead and sized policies run eagerly)
-                self.decoders[key] = Recorded(self.target, proposer, size_ or None, rule)
+                self.decoders[key] = Recorded(self.target, proposer, size_ or None, rule=rule)
             else:
-                self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy, rule)
+                self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy=policy, rule=rule)
         return self.decoders[key]
 
     def run(self, spec, prompts, sampling, first: int = 0) -> dict:

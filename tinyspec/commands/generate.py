@@ -227,10 +227,12 @@ def generate(args) -> None:
                                               rows=args.batch_size, remeasure=args.remeasure, progress=progress)
         print(line, file=sys.stderr)
     try:
-        decoder = Recorded(model, proposer, size, args.accept) if args.cuda_graph else \
-            Decoder(model, proposer, None if size == "auto" else size, policy, args.accept)
+        decoder = Recorded(model, proposer, size, rule=args.accept) if args.cuda_graph else \
+            Decoder(model, proposer, None if size == "auto" else size, policy=policy, rule=args.accept)
     except ValueError as e:
         die(str(e))
+    if args.cuda_graph and decoder.instead(sampling.temperature):
+        print(decoder.instead(sampling.temperature), file=sys.stderr)
     colour = args.show and use_colour(args.color, sys.stdout)
     peak = None  # the device's copy bandwidth, measured once when first needed (CUDA only)
 

@@ -44,7 +44,7 @@ import torch
 
 from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_CLOCK, TARGET, Row, Step, Verified, ended, prefill
 from ..kvcache import KVCache, SlotWriter, slot_mask
-from ..methods.base import Method, default_rule
+from ..methods.base import Method, default_rule, rule_problem
 from ..methods.eagle import grow_tree  # the readable method's own growth, read back nowhere
 from ..model import GPT, causal_mask
 from ..sampling import Sampling, draw, residual
@@ -438,7 +438,7 @@ class Recorded:
     for the end of the context, where the tree would not fit, and where a lookup finds nothing).
     clock: a `speed/ledger.py` Ledger times each step (part "step") and the host's proposing."""
 
-    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, rule: str | None = None):
+    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, *, rule: str | None = None):
         self.target, self.proposer, self.rule = target, proposer or Method(), rule
         self.size = size or self.proposer.default_size
         self.shape = self.proposer.shape(self.size) if self.size else None
@@ -457,13 +457,24 @@ class Recorded:
         """(part, step, its replay, plain step, its replay) for this sampling, recorded on first use."""
         key = (sampling.temperature, sampling.top_k, sampling.top_p)
         if key not in self.recorded:
-            kind = PARTS[self.proposer.name]
-            rule = default_rule(self.proposer, self.rule, sampling.temperature)
-            rule = rule if kind is None or rule in ("greedy",) + kind.rules else "pointmass"  # EAGLE's top-k tree
+            kind, rule = PARTS[self.proposer.name], self.rule_at(sampling.temperature)
             part = kind(self.proposer, self.shape, sampling, rule, self.slots) if kind is not None else None
             step, plain = (FixedStep(self.target, self.cache, p, rule, sampling, self.state) for p in (part, None))
             self.recorded[key] = part, step, record(step), plain, record(plain)
         return self.recorded[key]
+
+    def rule_at(self, temperature: float) -> str:
+        """The rule a step runs: the readable loop's (`base.default_rule`), or point-mass where the
+        method's part cannot run that (EAGLE's default, lossless, judges a sampled tree; the part
+        grows the top-k one): `instead` says so."""
+        rule, kind = default_rule(self.proposer, self.rule, temperature), PARTS[self.proposer.name]
+        return rule if kind is None or rule in ("greedy",) + kind.rules else "pointmass"
+
+    def instead(self, temperature: float) -> str | None:
+        """One line, where a step runs another rule than the readable loop would at `temperature`."""
+        rule, readable = self.rule_at(temperature), default_rule(self.proposer, self.rule, temperature)
+        return None if rule == readable else f"a recorded step of {self.proposer.name} judges with {rule} (exact for " \
+            f"its top-k tree), not its default {readable}: pass --accept {rule} to say so"
 
     def batch_steps(self, prompts: list[list[int]], sampling: Sampling, generators: list, max_new_tokens: int,
                     stop_id: int | None = None):
@@ -471,9 +482,15 @@ class Recorded:
             raise ValueError("a recorded step decodes one prompt at a time (batch size 1)")
         return self.steps(prompts[0], sampling, generators[0], max_new_tokens, stop_id)
 
+    @torch.no_grad()  # as `decoding.decode`: no autograd graph chained through the cache prompt after prompt
     def steps(self, prompt: list[int], sampling: Sampling, generator, max_new_tokens: int, stop_id: int | None = None):
         """The loop for one prompt, as `decoding.decode` yields it: the prefill (the readable one),
-        then one replay and one read-back a step, until the row stops (`decoding.ended`)."""
+        then one replay and one read-back a step, until the row stops (`decoding.ended`). Without
+        a generator the step's own is seeded from torch's global one, which the readable loop
+        draws from, so each run draws fresh numbers."""
+        problem = rule_problem(self.proposer, self.rule, sampling.temperature)  # the readable loop's refusals
+        if problem:
+            raise ValueError(problem)
         part, step, replay, plain, plain_replay = self.recording(sampling)
         L, root, device_generator = self.state
         row = Row(0, list(prompt), generator)
@@ -481,7 +498,7 @@ class Recorded:
         hidden = prefill(self.target, self.cache, [row], sampling)[0]
         L.fill_(len(prompt))
         root.copy_(row.root.view(1))
-        seed = torch.randint(2 ** 62, (1,), generator=generator, device=generator.device) if generator else 0
+        seed = torch.randint(2 ** 62, (1,), generator=generator, device=generator.device if generator else "cpu")
         device_generator.manual_seed(int(seed))  # the step's own generator, registered with its graphs
         if part is not None:
             part.begin(row.text, hidden)

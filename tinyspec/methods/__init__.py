@@ -79,7 +79,7 @@ class Decoder:
     reuses it; a batch makes its own. (`kernels/step.Recorded` runs a method at one size the same
     way, its whole step recorded as one CUDA graph.)"""
 
-    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, policy=None,
+    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, *, policy=None,
                  rule: str | None = None):
         self.target, self.proposer, self.policy, self.rule = target, proposer or Method(), policy, rule
         if policy is not None:
