@@ -1,4 +1,4 @@
-"""The recorded step (kernels/step.py) held to the readable loop, as the Triton kernel is held to
+"""The recorded step (recorded.py, with each method's part in its own file) held to the readable loop, as the Triton kernel is held to
 PyTorch's attention: at T = 0 every method's recorded step writes the readable loop's tokens,
 token for token, at three sizes each; at T > 0 its text has exactly the target's distribution
 (chi-square on a tiny vocabulary; a planted bug fails it); and a step reads nothing back to the
@@ -11,20 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from tinyspec.kernels import step as step_module
-from tinyspec.kernels.step import Recorded, match, tree_tensors, walk
+from tinyspec import recorded as recorded_module
+from tinyspec.recorded import Recorded
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder, check_rule
 from tinyspec.methods.base import default_rule
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.eagle import Eagle
 from tinyspec.methods.lookup import PromptLookup
-from tinyspec.methods.medusa import Medusa
+from tinyspec.methods.medusa import Medusa, MedusaPart
 from tinyspec.methods.parallel import Parallel
 from tinyspec.methods.rest import Datastore, Rest
 from tinyspec.results import run
 from tinyspec.sampling import Sampling, draw
-from tinyspec.tree import Tree, from_choices
+from tinyspec.tree import Tree, from_choices, tree_tensors
+from tinyspec.verify import fixed_block, fixed_match, fixed_walk
 
 from conftest import counting_sequences, random_heads, token_counts
 from test_eagle import random_head
@@ -108,10 +109,10 @@ def test_match_keeps_the_longest_path_of_the_targets_own_tokens():
     tree = Tree((-1, -1, 0, 0, 2))
     tokens, y = torch.tensor([1, 5, 6, 7, 5, 9]), torch.tensor([5, 7, 0, 8, 0, 0])
     mask, depth, parent = tree_tensors(torch.tensor(tree.parents), 3)
-    path, n, nxt, last = match(tokens, y, parent, mask, depth, torch.ones(6, dtype=torch.bool), 3)
+    path, n, nxt, last = fixed_match(tokens, y, parent, mask, depth, torch.ones(6, dtype=torch.bool), 3)
     assert path[:int(n)].tolist() == [0, 1, 3] and nxt.tolist() == [8] and last.tolist() == [3]
     valid = torch.tensor([True, True, True, False, True, True])  # node 2 padding: never accepted
-    path, n, nxt, _ = match(tokens, y, parent, mask, depth, valid, 3)
+    path, n, nxt, _ = fixed_match(tokens, y, parent, mask, depth, valid, 3)
     assert path[:int(n)].tolist() == [0, 1] and nxt.tolist() == [7]
 
 
@@ -128,7 +129,7 @@ def test_match_is_exact_when_siblings_repeat_a_token():
     g, n_steps, pairs = torch.Generator().manual_seed(0), 20000, torch.zeros(3, 3)
     for u in torch.rand(n_steps, 5, generator=g):
         y = draw(p.expand(5, 3), u)  # the target's own draw after each token
-        path, n, nxt, _ = match(tokens, y, parent, mask, depth, valid, tree.max_depth)
+        path, n, nxt, _ = fixed_match(tokens, y, parent, mask, depth, valid, tree.max_depth)
         produced = tokens[path[1:int(n)]].tolist() + [int(nxt)]
         if len(produced) < 2:  # the step stopped at the root: its next token is the first, and a
             produced.append(int(torch.multinomial(p, 1, generator=g)))  # plain step draws the second
@@ -140,7 +141,6 @@ def test_block_is_verify_block_with_the_same_numbers():
     """The loop-free block rule against `verify.block`, fed the same uniform numbers: the same path
     and the same next token, on random chains whose weights clip at different places."""
     from tinyspec import verify
-    from tinyspec.kernels.step import block
     for seed in range(40):
         g = torch.Generator().manual_seed(seed)
         k, V_ = 1 + seed % 4, 6
@@ -155,7 +155,7 @@ def test_block_is_verify_block_with_the_same_numbers():
             want_path, want_next = verify.block(tokens, p, verify.chain(k), q)
         finally:
             torch.rand = rand
-        path, n, nxt, _ = block(tokens, p, q, None, u, k)
+        path, n, nxt, _ = fixed_block(tokens, p, q, None, u, k)
         assert path[:int(n)].tolist() == want_path.tolist() and int(nxt) == int(want_next), f"seed {seed}"
 
 
@@ -165,11 +165,11 @@ def test_walk_is_speculative_sampling_on_a_chain():
     p = torch.softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(0)), -1)
     tokens, kids = torch.tensor([0, 1, 2, 3]), torch.tensor([[1], [2], [3], [-1]])
     u = torch.rand(4, generator=torch.Generator().manual_seed(1))
-    path, n, _, _ = walk(tokens, p, p, kids, u, 3)
+    path, n, _, _ = fixed_walk(tokens, p, p, kids, u, 3)
     assert int(n) == 4 and path.tolist() == [0, 1, 2, 3]
     p0 = p.clone()
     p0[0, 1] = 0
-    path, n, nxt, _ = walk(tokens, p0 / p0.sum(-1, keepdim=True), torch.eye(6)[tokens], kids, u, 3)
+    path, n, nxt, _ = fixed_walk(tokens, p0 / p0.sum(-1, keepdim=True), torch.eye(6)[tokens], kids, u, 3)
     assert int(n) == 1 and int(nxt) != 1
 
 
@@ -217,10 +217,10 @@ def test_a_planted_bug_in_the_recorded_rule_is_caught(tiny, method, rule, monkey
     """The greedy rule's argmax where the target's draw belongs (point-mass), or every proposal the
     target could write accepted, whatever its odds (lossless and block, u = 0): each must fail."""
     if rule == "pointmass":
-        monkeypatch.setattr(step_module, "draw", lambda p, u: p.argmax(-1))
+        monkeypatch.setattr(recorded_module, "draw", lambda p, u: p.argmax(-1))
     else:
-        right = getattr(step_module, {"lossless": "walk", "block": "block"}[rule])
-        monkeypatch.setattr(step_module, right.__name__, lambda tokens, p, q, kids, u, D: right(tokens, p, q, kids, 0 * u, D))
+        right = getattr(recorded_module, {"lossless": "fixed_walk", "block": "fixed_block"}[rule])
+        monkeypatch.setattr(recorded_module, right.__name__, lambda tokens, p, q, kids, u, D: right(tokens, p, q, kids, 0 * u, D))
     counts, _ = recorded_counts(tiny, method, rule, 768)
     stats = [chi_square(c, exact, V) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}@{rule}: {stats}"
@@ -274,7 +274,7 @@ def steps_without_round_trips(target, proposer, size, rule, sampling, prompt, n_
     loop = recorded.steps(prompt, sampling, torch.Generator().manual_seed(0), 100)
     next(loop)  # the prefill, and the method's reading of the prompt (the host's work, before any step)
     part, step, _, plain, _ = recorded.recording(sampling)
-    if isinstance(part, step_module.HostPart):
+    if part is not None and part.on_host:
         assert part.offer(10)  # the host's proposal, copied in before the step
     with torch.no_grad(), no_round_trips():
         for _ in range(n_steps):
@@ -294,8 +294,8 @@ def test_a_step_makes_no_host_round_trip(counting, method, size, temperature):
 
 def test_a_planted_round_trip_is_caught(counting, monkeypatch):
     target, methods, prompts = counting
-    propose = step_module.MedusaPart.propose
-    monkeypatch.setattr(step_module.MedusaPart, "propose", lambda self, root, L, u: (int(L.item()), propose(
+    propose = MedusaPart.propose
+    monkeypatch.setattr(MedusaPart, "propose", lambda self, root, L, u: (int(L.item()), propose(
         self, root, L, u))[1])
     with pytest.raises(AssertionError, match="Tensor.item"):
         steps_without_round_trips(target, methods["medusa"], "8", None, Sampling(0.0), prompts[3])

@@ -130,6 +130,21 @@ def tree_mask(parents) -> torch.Tensor:
     return mask
 
 
+def tree_tensors(parents: torch.Tensor, D: int):
+    """(mask (T+1, T+1), depth (T+1,), parent (T+1,)) of a tree given as parent indices (T,) on the
+    device (-1: a child of the root), at most D deep: D rounds of "a node sees itself and what its
+    parent sees", the root its own parent: `tree_mask` and `depths` without a read-back, for a
+    tree a recorded step grows on the device (they walk the nodes in Python instead)."""
+    T = parents.shape[0]
+    parent = torch.cat([parents.new_zeros(1), parents + 1])  # index among the T + 1 tokens
+    eye = torch.eye(T + 1, dtype=torch.bool, device=parents.device)
+    mask, depth = eye, torch.zeros(T + 1, dtype=torch.long, device=parents.device)
+    not_root = torch.arange(T + 1, device=parents.device) > 0
+    for _ in range(D):
+        mask, depth = eye | mask[parent], torch.where(not_root, depth[parent] + 1, 0)
+    return mask, depth, parent
+
+
 def root_to_leaf_paths(parents) -> torch.Tensor:
     """(leaves, max depth + 1) long: one root-to-leaf path of indices per leaf, leaves in node
     order, each path padded with -1 to the longest."""
