@@ -229,7 +229,6 @@ def generate(args) -> None:
     try:
         decoder = Recorded(model, proposer, size, rule=args.accept) if args.cuda_graph else \
             Decoder(model, proposer, None if size == "auto" else size, policy=policy, rule=args.accept)
-    except ValueError as e:
         if args.cuda_graph and decoder.instead(sampling.temperature):  # another rule than the readable loop's
             print(decoder.instead(sampling.temperature), file=sys.stderr)
     except ValueError as e:
