@@ -53,12 +53,12 @@ from .tree import tree_tensors
 from .verify import fixed_block, fixed_match, fixed_walk
 
 
-def part_of(method):
+def part_of(method: Proposer):
     """The method's fixed-shape part (its `Part`, declared in its own file), or None: plain decoding."""
     return getattr(method, "Part", None)
 
 
-def refusal(method, rule: str | None) -> str | None:
+def refusal(method: Proposer, rule: str | None) -> str | None:
     """Why a recorded step cannot run `method` judged by `rule` (None: the default), or None."""
     part = part_of(method)
     if part is None and method.name != "ar":
@@ -150,7 +150,8 @@ class Recorded:
     for the end of the context, where the tree would not fit, and where a lookup finds nothing).
     clock: a `speed/ledger.py` Ledger times each step (part "step") and the host's proposing."""
 
-    def __init__(self, target: GPT, proposer=None, size: str | None = None, *, rule: str | None = None):
+    def __init__(self, target: GPT, proposer: Proposer | None = None, size: str | None = None, *,
+                 rule: str | None = None):
         self.target, self.proposer, self.rule = target, proposer or Proposer(), rule
         self.size = size or getattr(self.proposer, "default_size", None)
         self.shape = self.proposer.shape(self.size) if self.size else None
