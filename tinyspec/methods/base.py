@@ -158,8 +158,8 @@ def default_rule(method: Method, rule: str | None, temperature: float) -> str:
 
 class Part:
     """A method's fixed-shape proposing, its side of a recorded step (`recorded.py`, chapter 11),
-    declared in its own file beside `propose` as the method's `Part`, and made with (method, shape, sampling, rule, slots): T nodes
-    at most D deep; `static` the tree when its shape never changes; `begin` (host, once per prompt:
+    declared in the method's file beside `propose` as the method's `Part`, and made with (method,
+    shape, sampling, rule, slots): T nodes at most D deep; `static` the tree when its shape never changes; `begin` (host, once per prompt:
     what the method reads of the prompt), `propose` (device: tokens (T,), parents (T,) or None for
     the static tree, q (T+1, V) or None, valid (T+1,) or None) and `update` (device: what it keeps
     for the next step). `rules`: the rules it runs at T > 0 (at T = 0 every rule is greedy)."""

@@ -156,6 +156,8 @@ def best_k(alpha: float, c: float, k_max: int) -> int:
 
 
 class DraftPart(Part):
+    """`DraftModel.propose` with fixed shapes, for a recorded step: the draft's own cache at slots
+    on the device, a chain of k drafted one token at a time (argmax, or drawn from q)."""
     rules = ("lossless", "pointmass", "block")
 
     def __init__(self, method, k: int, sampling: Sampling, rule: str, slots: int):

@@ -183,6 +183,8 @@ class Medusa(Method):
 
 
 class MedusaPart(Part):
+    """`Medusa.propose` with fixed shapes, for a recorded step: the heads read the hidden state the
+    last step kept, and fill the static tree (its ranks, or draws from q for the lossless rule)."""
     rules = ("pointmass", "lossless")
 
     def __init__(self, method, tree: Tree, sampling: Sampling, rule: str, slots: int):
