@@ -115,7 +115,11 @@ def random_tree(n, depth, seed):
         options = [-1] + [j for j in range(i) if depths[j] < depth]
         parents.append(rng.choice(options))
         depths.append(1 if parents[-1] == -1 else depths[parents[-1]] + 1)
-    return Tree(tuple(parents), tuple(rng.randrange(4) for _ in range(n)))
+    ranks = []  # random, but no two siblings of one rank (a Tree refuses that)
+    for i, p in enumerate(parents):
+        taken = {r for q, r in zip(parents, ranks) if q == p}
+        ranks.append(rng.choice([r for r in range(4 + len(taken)) if r not in taken]))
+    return Tree(tuple(parents), tuple(ranks))
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tinyspec import verify
-from tinyspec.kernels.step import block as fixed_block
+from tinyspec.verify import fixed_block
 
 from test_verify import mutant
 

@@ -1,8 +1,9 @@
 """The house: rooms, and imports that point down them, with no circles and no arrows back up.
 
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
-the rooms of `ROOMS`, each a folder, in order: the methods, the kernels (chapter 11, where the
-recorded step runs each method), speed, training, the commands (the shared interface, cli.py,
+the rooms of `ROOMS`, each a folder, in order: the methods (each with its readable proposing and,
+beside it, its fixed-shape part for the recorded step, `recorded.py`), the kernels (chapter 11: the
+Triton kernel and the fixed-shape forward, which import no method), speed, training, the commands (the shared interface, cli.py,
 and the engine's commands), measurement (bench/), the course, and the entry points of `ENTRIES` on top
 (`python -m tinyspec.generate`, `python -m tinyspec`). A file may use only files before it: in CORE
 or an earlier room, or earlier in its own room's order. A room's files not named in its order (a new
@@ -13,10 +14,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 
-CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding", "results", "trace"]
+CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding", "recorded",
+        "results", "trace"]
 ROOMS = {
     "methods": ["base", "ngrams", "draft", "medusa", "eagle", "lookup", "lookahead"],
-    "kernels": ["tree_attention", "fastpath", "step"],
+    "kernels": ["tree_attention", "fastpath"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
     "commands": ["cli", "data", "train", "generate"],

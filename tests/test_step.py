@@ -1,4 +1,4 @@
-"""The recorded step (kernels/step.py) held to the readable loop, as the Triton kernel is held to
+"""The recorded step (recorded.py, with each method's part in its own file) held to the readable loop, as the Triton kernel is held to
 PyTorch's attention: at T = 0 every method's recorded step writes the readable loop's tokens,
 token for token, at three sizes each; at T > 0 its text has exactly the target's distribution
 (chi-square on a tiny vocabulary; a planted bug fails it); and a step reads nothing back to the
@@ -11,18 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from tinyspec.kernels import step as step_module
-from tinyspec.kernels.step import Recorded, match, tree_tensors, walk
-from tinyspec.methods import Decoder
+from tinyspec import recorded as recorded_module
+from tinyspec.recorded import Recorded
+from tinyspec.kvcache import KVCache
+from tinyspec.methods import Decoder, check_rule
+from tinyspec.methods.base import default_rule
 from tinyspec.methods.draft import DraftModel
 from tinyspec.methods.eagle import Eagle
 from tinyspec.methods.lookup import PromptLookup
-from tinyspec.methods.medusa import Medusa
+from tinyspec.methods.medusa import Medusa, MedusaPart
 from tinyspec.methods.parallel import Parallel
 from tinyspec.methods.rest import Datastore, Rest
 from tinyspec.results import run
-from tinyspec.sampling import Sampling
-from tinyspec.tree import Tree, from_choices
+from tinyspec.sampling import Sampling, draw
+from tinyspec.tree import Tree, from_choices, tree_tensors
+from tinyspec.verify import fixed_block, fixed_match, fixed_walk
 
 from conftest import counting_sequences, random_heads, token_counts
 from test_eagle import random_head
@@ -106,18 +109,38 @@ def test_match_keeps_the_longest_path_of_the_targets_own_tokens():
     tree = Tree((-1, -1, 0, 0, 2))
     tokens, y = torch.tensor([1, 5, 6, 7, 5, 9]), torch.tensor([5, 7, 0, 8, 0, 0])
     mask, depth, parent = tree_tensors(torch.tensor(tree.parents), 3)
-    path, n, nxt, last = match(tokens, y, parent, mask, depth, torch.ones(6, dtype=torch.bool), 3)
+    path, n, nxt, last = fixed_match(tokens, y, parent, mask, depth, torch.ones(6, dtype=torch.bool), 3)
     assert path[:int(n)].tolist() == [0, 1, 3] and nxt.tolist() == [8] and last.tolist() == [3]
     valid = torch.tensor([True, True, True, False, True, True])  # node 2 padding: never accepted
-    path, n, nxt, _ = match(tokens, y, parent, mask, depth, valid, 3)
+    path, n, nxt, _ = fixed_match(tokens, y, parent, mask, depth, valid, 3)
     assert path[:int(n)].tolist() == [0, 1] and nxt.tolist() == [7]
+
+
+def test_match_is_exact_when_siblings_repeat_a_token():
+    """The point-mass rule on a tree whose siblings all carry token 0 (parents [-1, -1, 0, 1], a
+    tree file's parents without ranks once loaded so): the first two tokens a step produces must
+    be two draws from p. Drawing once per duplicate node instead, the second token comes out 0
+    with probability 1 - 0.5^2 = 0.75, not p(0) = 0.5; 20,000 steps put the estimate within 0.004
+    (one standard deviation) of the truth, and the bound is 0.02."""
+    p = torch.tensor([0.5, 0.3, 0.2])  # the target's p after every token (V = 3)
+    tree = Tree((-1, -1, 0, 1))
+    mask, depth, parent = tree_tensors(torch.tensor(tree.parents), tree.max_depth)
+    tokens, valid = torch.zeros(5, dtype=torch.long), torch.ones(5, dtype=torch.bool)
+    g, n_steps, pairs = torch.Generator().manual_seed(0), 20000, torch.zeros(3, 3)
+    for u in torch.rand(n_steps, 5, generator=g):
+        y = draw(p.expand(5, 3), u)  # the target's own draw after each token
+        path, n, nxt, _ = fixed_match(tokens, y, parent, mask, depth, valid, tree.max_depth)
+        produced = tokens[path[1:int(n)]].tolist() + [int(nxt)]
+        if len(produced) < 2:  # the step stopped at the root: its next token is the first, and a
+            produced.append(int(torch.multinomial(p, 1, generator=g)))  # plain step draws the second
+        pairs[produced[0], produced[1]] += 1
+    assert (pairs / n_steps - p[:, None] * p).abs().max() < 0.02, f"{pairs / n_steps} against {p[:, None] * p}"
 
 
 def test_block_is_verify_block_with_the_same_numbers():
     """The loop-free block rule against `verify.block`, fed the same uniform numbers: the same path
     and the same next token, on random chains whose weights clip at different places."""
     from tinyspec import verify
-    from tinyspec.kernels.step import block
     for seed in range(40):
         g = torch.Generator().manual_seed(seed)
         k, V_ = 1 + seed % 4, 6
@@ -132,7 +155,7 @@ def test_block_is_verify_block_with_the_same_numbers():
             want_path, want_next = verify.block(tokens, p, verify.chain(k), q)
         finally:
             torch.rand = rand
-        path, n, nxt, _ = block(tokens, p, q, None, u, k)
+        path, n, nxt, _ = fixed_block(tokens, p, q, None, u, k)
         assert path[:int(n)].tolist() == want_path.tolist() and int(nxt) == int(want_next), f"seed {seed}"
 
 
@@ -142,11 +165,11 @@ def test_walk_is_speculative_sampling_on_a_chain():
     p = torch.softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(0)), -1)
     tokens, kids = torch.tensor([0, 1, 2, 3]), torch.tensor([[1], [2], [3], [-1]])
     u = torch.rand(4, generator=torch.Generator().manual_seed(1))
-    path, n, _, _ = walk(tokens, p, p, kids, u, 3)
+    path, n, _, _ = fixed_walk(tokens, p, p, kids, u, 3)
     assert int(n) == 4 and path.tolist() == [0, 1, 2, 3]
     p0 = p.clone()
     p0[0, 1] = 0
-    path, n, nxt, _ = walk(tokens, p0 / p0.sum(-1, keepdim=True), torch.eye(6)[tokens], kids, u, 3)
+    path, n, nxt, _ = fixed_walk(tokens, p0 / p0.sum(-1, keepdim=True), torch.eye(6)[tokens], kids, u, 3)
     assert int(n) == 1 and int(nxt) != 1
 
 
@@ -164,7 +187,7 @@ def tiny_method(m, method):
 def recorded_counts(m, method, rule, n_samples):
     """Counts of each prompt's first N tokens over seeds 0..n_samples - 1, batch 1, recorded step."""
     proposer, size = tiny_method(m, method)
-    recorded = Recorded(m["target"], proposer, size, rule)
+    recorded = Recorded(m["target"], proposer, size, rule=rule)
     counts, proposed = [], 0
     for prompt in PROMPTS:
         runs = [run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(seed), N))
@@ -194,10 +217,10 @@ def test_a_planted_bug_in_the_recorded_rule_is_caught(tiny, method, rule, monkey
     """The greedy rule's argmax where the target's draw belongs (point-mass), or every proposal the
     target could write accepted, whatever its odds (lossless and block, u = 0): each must fail."""
     if rule == "pointmass":
-        monkeypatch.setattr(step_module, "draw", lambda p, u: p.argmax(-1))
+        monkeypatch.setattr(recorded_module, "draw", lambda p, u: p.argmax(-1))
     else:
-        right = getattr(step_module, {"lossless": "walk", "block": "block"}[rule])
-        monkeypatch.setattr(step_module, right.__name__, lambda tokens, p, q, kids, u, D: right(tokens, p, q, kids, 0 * u, D))
+        right = getattr(recorded_module, {"lossless": "fixed_walk", "block": "fixed_block"}[rule])
+        monkeypatch.setattr(recorded_module, right.__name__, lambda tokens, p, q, kids, u, D: right(tokens, p, q, kids, 0 * u, D))
     counts, _ = recorded_counts(tiny, method, rule, 768)
     stats = [chi_square(c, exact, V) for c, exact in zip(counts, tiny["exact"])]
     assert any(stat > 3 * critical_value(dof) for stat, dof in stats), f"{method}@{rule}: {stats}"
@@ -247,11 +270,11 @@ def no_round_trips():
 
 def steps_without_round_trips(target, proposer, size, rule, sampling, prompt, n_steps=4):
     """Prefill as usual, then `n_steps` steps (and a plain one) with every round trip refused."""
-    recorded = Recorded(target, proposer, size, rule)
+    recorded = Recorded(target, proposer, size, rule=rule)
     loop = recorded.steps(prompt, sampling, torch.Generator().manual_seed(0), 100)
     next(loop)  # the prefill, and the method's reading of the prompt (the host's work, before any step)
     part, step, _, plain, _ = recorded.recording(sampling)
-    if isinstance(part, step_module.HostPart):
+    if part is not None and part.on_host:
         assert part.offer(10)  # the host's proposal, copied in before the step
     with torch.no_grad(), no_round_trips():
         for _ in range(n_steps):
@@ -271,8 +294,8 @@ def test_a_step_makes_no_host_round_trip(counting, method, size, temperature):
 
 def test_a_planted_round_trip_is_caught(counting, monkeypatch):
     target, methods, prompts = counting
-    propose = step_module.MedusaPart.propose
-    monkeypatch.setattr(step_module.MedusaPart, "propose", lambda self, root, L, u: (int(L.item()), propose(
+    propose = MedusaPart.propose
+    monkeypatch.setattr(MedusaPart, "propose", lambda self, root, L, u: (int(L.item()), propose(
         self, root, L, u))[1])
     with pytest.raises(AssertionError, match="Tensor.item"):
         steps_without_round_trips(target, methods["medusa"], "8", None, Sampling(0.0), prompts[3])
@@ -287,9 +310,79 @@ def test_what_a_recorded_step_cannot_run_is_refused(counting, method, rule, tree
     target, methods, _ = counting
     proposer = Eagle(target, methods["eagle"].head, tree=tree) if tree is not None else methods[method]
     with pytest.raises(ValueError, match=message) as e:
-        recorded = Recorded(target, proposer, None, rule)
+        recorded = Recorded(target, proposer, None, rule=rule)
         next(recorded.steps([1, 2], Sampling(1.0), torch.Generator(), 10))
     assert "\n" not in str(e.value)
+
+
+# ---- the readable loop's contracts, kept --------------------------------------------------------------
+
+@pytest.mark.parametrize("method, size", [("ar", None), ("draft", "2"), ("medusa", "4"), ("eagle", "2,3,6")])
+def test_a_recorded_step_records_no_autograd_graph(counting, method, size):
+    """As `decoding.decode`, the recorded step runs without autograd: with it, every eager step
+    chained a graph through the cache that the next prompt reuses (a 50,000-run test grew to 24 GB)."""
+    target, methods, prompts = counting
+    recorded = Recorded(target, methods.get(method), size)
+    modules = [target] + [m for m in vars(methods.get(method, object)).values() if isinstance(m, torch.nn.Module)]
+    weights = [w for m in modules for w in m.parameters()]
+    frozen = [w.requires_grad for w in weights]
+    try:
+        for w in weights:
+            w.requires_grad_(True)  # weights as loaded (training froze the session's model)
+        for prompt in prompts[:2]:
+            run(recorded.steps(prompt, Sampling(1.0), torch.Generator().manual_seed(0), 12))
+    finally:
+        for w, f in zip(weights, frozen):
+            w.requires_grad_(f)
+    kept = vars(recorded.recording(Sampling(1.0))[0] or object).values()  # what the method's part keeps
+    state = [recorded.cache.k, recorded.cache.v, *recorded.state[:2]] + [t for t in kept if isinstance(t, torch.Tensor)] \
+        + [t for c in kept if isinstance(c, KVCache) for t in (c.k, c.v)]
+    assert len(state) > 4 or method == "ar"
+    assert not [t for t in state if t.requires_grad or t.grad_fn is not None], f"{method}: tensors with a graph"
+
+
+def test_without_a_generator_each_run_draws_fresh_numbers(tiny):  # noqa: F811 (the fixture)
+    """generator=None: the step's generator is seeded from torch's global one, as the readable loop
+    draws from it: under one global seed a run repeats, and runs that start with the same token go on
+    differently (seeded 0 on every call, every run's text was its first token's)."""
+    recorded = Recorded(tiny["target"])
+    def text(seed):
+        torch.manual_seed(seed)
+        return tuple(run(recorded.steps(PROMPTS[0], Sampling(1.0), None, 12)).token_ids)
+    texts = [text(seed) for seed in range(16)]
+    assert text(3) == texts[3]
+    assert len(set(texts)) > len({t[0] for t in texts}), texts
+
+
+def test_the_recorded_step_refuses_what_the_readable_loop_refuses(counting):
+    target, methods, _ = counting
+    problem = check_rule("medusa", "greedy", 1.0)
+    for driver in (Recorded, Decoder):
+        with pytest.raises(ValueError, match="neither sampling nor greedy") as e:
+            next(driver(target, methods["medusa"], "4", rule="greedy").steps([1, 2], Sampling(1.0), None, 10))
+        assert str(e.value) in problem and "\n" not in str(e.value)
+
+
+def test_both_drivers_take_policy_and_rule_by_keyword(counting):
+    target, methods, _ = counting
+    for driver in (Recorded, Decoder):
+        with pytest.raises(TypeError):
+            driver(target, methods["medusa"], "4", "pointmass")
+
+
+@pytest.mark.parametrize("method", ["draft", "medusa", "eagle", "parallel", "lookup", "rest"])
+def test_a_recorded_step_runs_the_default_rule_or_says_which_it_runs(counting, method):
+    """At T > 0 without --accept: the readable loop's default rule, or one line naming the rule
+    run instead (EAGLE's default, lossless, judges a sampled tree; its part grows the top-k one)."""
+    target, methods, _ = counting
+    recorded, readable = Recorded(target, methods[method], None), default_rule(methods[method], None, 1.0)
+    part = recorded.recording(Sampling(1.0))[1]
+    note = recorded.instead(1.0)
+    if part.rule == readable:
+        assert note is None
+    else:
+        assert note is not None and part.rule in note and readable in note and "\n" not in note
+    assert recorded.instead(0.0) is None and (method not in ("eagle", "parallel") or note is not None)
 
 
 # ---- on a GPU: the recorded graph replays the step ---------------------------------------------------

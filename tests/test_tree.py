@@ -72,6 +72,11 @@ def test_bad_trees_and_files(tmp_path):
     t = Tree(PARENTS, (0, 1, 0, 1, 0))
     save_tree(t, tmp_path / "t.json")
     assert load_tree(tmp_path / "t.json") == t
+    (tmp_path / "parents.json").write_text('{"parents": [-1, -1, 0, 1, -1]}')  # no ranks: siblings 0, 1, 2, ...
+    assert load_tree(tmp_path / "parents.json").ranks == (0, 1, 0, 0, 2)
+    with pytest.raises(ValueError, match=r"node 3 repeats a sibling's \(parent, rank\) \(0, 1\)") as e:
+        Tree(PARENTS, (0, 1, 0, 1, 0)[:2] + (1, 1, 0))  # nodes 2 and 3, both children of node 0, rank 1
+    assert "\n" not in str(e.value)
     (tmp_path / "bad.json").write_text("{nope")
     with pytest.raises(ValueError, match="choices"):
         load_tree(tmp_path / "bad.json")

@@ -268,7 +268,7 @@ def decode(target: GPT, proposer: Proposer, prompts: list[list[int]], sampling: 
     (`verify.RULES`, as the proposer reads it: `Proposer.rule`). cache: the target's, reused if
     given (emptied first), with room for the context and one step. clock: times the parts of each
     step (`speed/ledger.py`); observer: sees each row's rule and what it judged (`trace.py`).
-    (The same step written for the device: `kernels/step.py`.)"""
+    (The same step written for the device: `recorded.py`.)"""
     shapes = shapes or {}
     fixed = next(iter(shapes), None) if policy is None else None
     n_ctx = min(target.config.n_ctx, proposer.n_ctx or target.config.n_ctx)

@@ -134,6 +134,14 @@ class KVCache:
             self.v[:, row, :, start:end] = self.v[:, row].index_select(2, index)
         self.lengths[row] = end
 
+    def keep_on_device(self, L: torch.Tensor, path: torch.Tensor) -> None:
+        """`keep` with the slots on the device (a recorded step, batch 1): slot L (the root) and the
+        accepted path's slots L + path (D+1,) move to L, L + 1, ...; past the path the copies land
+        beyond the new length, where nothing looks, and the length stays on the device (L)."""
+        to = L + torch.arange(len(path), device=L.device)
+        for kv in (self.k, self.v):
+            kv[:, 0].index_copy_(2, to, kv[:, 0].index_select(2, L + path))
+
     def positions(self, offsets: torch.Tensor) -> torch.Tensor:
         """(B, T) positions of the new tokens: each row's length plus offsets (T,) or (B, T) (0, 1, ...
         for a sequence, the depths for a tree)."""
@@ -195,7 +203,7 @@ def feed(model, cache: KVCache, inputs: list[torch.Tensor], masks: list | None =
 
 class SlotWriter:
     """Stands in for the cache inside a forward whose shapes must not depend on the cache's length
-    (a recorded step, `kernels/step.py`): `CausalSelfAttention` calls `update`, which writes the
+    (a recorded step, `recorded.py`): `CausalSelfAttention` calls `update`, which writes the
     new keys and values at `slots` (a device tensor) and returns every slot of the layer. Nothing
     advances: whoever owns the step keeps the length."""
 

@@ -67,7 +67,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     can lie under q everywhere; they never draw from such a residual (its weight in their rule is
     then 0). Either way the token then comes from p itself, normalised."""
     r = (p - q).clamp(min=0)
-    mass = r.sum(-1, keepdim=True)  # chosen on the device, not by reading the mass back (kernels/step.py)
+    mass = r.sum(-1, keepdim=True)  # chosen on the device, not by reading the mass back (recorded.py)
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p / p.sum(-1, keepdim=True))
 
 

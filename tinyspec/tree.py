@@ -62,6 +62,9 @@ class Tree:
         check_parents(self.parents)
         if self.ranks is not None and (len(self.ranks) != len(self.parents) or any(r < 0 for r in self.ranks)):
             raise ValueError("ranks must give one non-negative rank per node")
+        for i, at in enumerate(zip(self.parents, self.ranks or ())):  # two siblings would guess one token twice
+            if at in zip(self.parents[:i], self.ranks[:i]):
+                raise ValueError(f"node {i} repeats a sibling's (parent, rank) {at}: give each child of a node its own rank")
         depth = depths(self.parents)
         kids = [[] for _ in range(len(self.parents) + 1)]
         for i, p in enumerate(self.parents):
@@ -125,6 +128,21 @@ def tree_mask(parents) -> torch.Tensor:
     for i, p in enumerate(parents):  # topological order: the parent's row is already complete
         mask[i + 1] |= mask[p + 1]
     return mask
+
+
+def tree_tensors(parents: torch.Tensor, D: int):
+    """(mask (T+1, T+1), depth (T+1,), parent (T+1,)) of a tree given as parent indices (T,) on the
+    device (-1: a child of the root), at most D deep: D rounds of "a node sees itself and what its
+    parent sees", the root its own parent: `tree_mask` and `depths` without a read-back, for a
+    tree a recorded step grows on the device (they walk the nodes in Python instead)."""
+    T = parents.shape[0]
+    parent = torch.cat([parents.new_zeros(1), parents + 1])  # index among the T + 1 tokens
+    eye = torch.eye(T + 1, dtype=torch.bool, device=parents.device)
+    mask, depth = eye, torch.zeros(T + 1, dtype=torch.long, device=parents.device)
+    not_root = torch.arange(T + 1, device=parents.device) > 0
+    for _ in range(D):
+        mask, depth = eye | mask[parent], torch.where(not_root, depth[parent] + 1, 0)
+    return mask, depth, parent
 
 
 def root_to_leaf_paths(parents) -> torch.Tensor:
@@ -196,19 +214,32 @@ def expected_accepted(tree: Tree, accuracy: torch.Tensor) -> float:
     return sum(prob)
 
 
+def sibling_ranks(parents) -> tuple[int, ...]:
+    """Ranks for a tree given by parents alone: each node's siblings before it, so the children of
+    a node guess 0, 1, 2, ... (siblings that guessed one token twice would waste a node)."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for p in parents:
+        ranks.append(seen.get(p, 0))
+        seen[p] = ranks[-1] + 1
+    return tuple(ranks)
+
+
 def save_tree(tree: Tree, path: str | Path) -> None:
     Path(path).write_text(json.dumps({"choices": [list(c) for c in choices_of(tree)]}) + "\n")
 
 
 def load_tree(path: str | Path) -> Tree:
-    """A tree from JSON: {"choices": [[0], [1], [0, 0], ...]} or {"parents": [...], "ranks": [...]},
-    of at most MAX_NODES nodes, as a size's tree is."""
+    """A tree from JSON: {"choices": [[0], [1], [0, 0], ...]} or {"parents": [...], "ranks": [...]}
+    (without ranks, a node's children rank 0, 1, 2, ...: `sibling_ranks`), of at most MAX_NODES
+    nodes, as a size's tree is."""
     try:
         spec = json.loads(Path(path).read_text())
         if "choices" in spec:
             tree = from_choices(spec["choices"])
         else:
-            tree = Tree(tuple(spec["parents"]), tuple(spec.get("ranks", [0] * len(spec["parents"]))))
+            parents = tuple(spec["parents"])
+            tree = Tree(parents, tuple(spec["ranks"]) if "ranks" in spec else sibling_ranks(parents))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"cannot read tree {path}: {e}; expected {{\"choices\": [[0], [1], [0, 0], ...]}}") from None
     if len(tree) > MAX_NODES:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import residual, sample
+from .sampling import draw, residual, sample
 from .tree import Tree, chain
 
 
@@ -208,3 +208,75 @@ RULES = {"greedy": greedy, "typical": typical, "lossless": lossless, "pointmass"
          "traversal": traversal}
 SAMPLED = {"lossless", "block", "traversal"}  # exact only when each node was drawn from its q
 CHAIN_ONLY = {"block"}
+
+
+# ---- the same rules on the device: fixed shapes, no read-back (the recorded step, recorded.py) ----
+# Each takes the step's tensors as they lie on the device and returns (path (D+1,): the accepted
+# indices, padded with the last; n (1,): its length; next (1,): the target's token after it;
+# last (1,): the path's last index), drawing from the uniform numbers u it is given.
+
+def fixed_match(tokens, y, parent, mask, depth, valid, D: int):
+    """The greedy and point-mass rules at once. y (T+1,): the target's token after each node, its
+    argmax (greedy) or a draw from p (point-mass); node a is acceptable when tokens[a] == y[parent]
+    and no earlier sibling carries the same token (the root always), and the deepest node whose
+    ancestors are all acceptable ends the path. Following the FIRST child that equals the target's
+    own draw, node by node, is sampling from the target, whatever the siblings repeat: a repeat
+    never gets a second draw (`pointmass`, sibling by sibling, rejects a repeat of a rejected
+    token). The device form of `greedy` and `pointmass`."""
+    T1 = len(tokens)
+    earlier = torch.ones(T1, T1, dtype=torch.bool, device=tokens.device).tril(-1) & (depth > 0) & valid
+    repeat = (earlier & (parent[:, None] == parent) & (tokens[:, None] == tokens)).any(-1)  # (T+1,)
+    ok = ((tokens == y[parent]) & ~repeat | (depth == 0)) & valid
+    good = ~(mask & ~ok).any(-1)  # every ancestor acceptable: one node at most per depth
+    best = (depth * good).argmax(-1, keepdim=True)  # (1,): the deepest
+    return fixed_on_path(mask, depth, best, D), depth[best] + 1, y[best], best
+
+
+def fixed_on_path(mask, depth, best, D: int) -> torch.Tensor:
+    """(D+1,): the ancestor of `best` at each depth 0..D (the root where it has none)."""
+    levels = mask[best] & (depth == torch.arange(D + 1, device=depth.device)[:, None])  # (D+1, T+1)
+    return levels.byte().argmax(-1)
+
+
+def fixed_walk(tokens, p, q, kids, u, D: int):
+    """SpecInfer's multi-candidate rule (`verify.lossless`) on a static tree, with fixed shapes: at
+    each depth the node's children (kids (T+1, S), -1 padded) are tried in turn, child x accepted
+    when u q(x) < P(x), where P starts as the node's p and loses each rejected child's q
+    (`residual`); the walk goes on below the accepted child and ends where none was. The tests
+    that cannot happen are masked, not skipped. u (D * S + 1,): one number per test, then the
+    next token's. Returns (path (D+1,), n (1,), next (1,), last (1,))."""
+    node, alive = kids.new_zeros(1), torch.ones(1, dtype=torch.bool, device=p.device)
+    P, path, n, S = p[:1], [node], kids.new_ones(1), kids.shape[1]
+    for d in range(D):
+        taken, found = node, torch.zeros_like(alive)
+        for s in range(S):
+            child = kids[node, s]  # (1,)
+            live = alive & ~found & (child >= 0)
+            child = child.clamp(min=0)
+            x, q_child = tokens[child], q[child]  # (1,), (1, V)
+            r = u[d * S + s]
+            yes = live & (r * q_child.gather(1, x[:, None])[:, 0] < P.gather(1, x[:, None])[:, 0])
+            taken, found = torch.where(yes, child, taken), found | yes
+            P = torch.where((live & ~yes)[:, None], residual(P, q_child), P)
+        alive = alive & found
+        node, n = torch.where(alive, taken, node), n + alive
+        P = torch.where(alive[:, None], p[node], P)
+        path.append(node)
+    return torch.cat(path), n, draw(P, u[-1:]), node
+
+
+def fixed_block(tokens, p, q, kids, u, k: int):
+    """Block verification of a chain (`block`, Sun et al. 2025) with no loop: the weights
+    p_i = min(1, p_{i-1} r_i), r_i = Mb(x_i) / Ms(x_i), are exp(S_i - max(0, S_1, ..., S_i)) with S
+    the running sum of log r (the min clips exactly where the sum last peaked), h_i as there, and
+    tau the last i with u_i < h_i. kids: unused (a chain). u (k + 1,). Returns (path (k+1,), n (1,), next (1,), last (1,))."""
+    x, i = tokens[1:], torch.arange(k, device=p.device)
+    S = (p[i, x].log() - q[i + 1, x].log()).cumsum(0)
+    w = (S - S.cummax(0).values.clamp(min=0)).exp()  # p_1 .. p_k
+    R = (w[:-1, None] * p[1:k] - q[2:]).clamp(min=0).sum(-1)  # S_1 .. S_{k-1} of `block`
+    h = torch.cat([torch.where(R + 1 - w[:-1] > 0, R / (R + 1 - w[:-1]).clamp(min=1e-30), 1.0), w[-1:]])
+    tau = ((u[:k] < h) * (i + 1)).max().view(1)  # the last hit, 0 if none
+    weight = torch.cat([w.new_ones(1), w])[tau]  # p_tau (p_0 = 1)
+    q_after = torch.cat([q, torch.zeros_like(q[:1])])[tau + 1]  # a bonus (tau = k) resamples p_k itself
+    nxt = draw(residual(weight[:, None] * p[tau], q_after), u[k:])
+    return torch.minimum(torch.arange(k + 1, device=p.device), tau), tau + 1, nxt, tau

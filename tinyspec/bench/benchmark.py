@@ -31,7 +31,7 @@ from tqdm import tqdm
 from ..decoding import PLAIN
 
 from ..results import run, run_batch, size_order
-from ..kernels.step import PARTS, Recorded, refusal
+from ..recorded import Recorded, part_of, refusal
 from ..methods import METHODS, Decoder, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
@@ -67,7 +67,7 @@ class Runner:
                  sizing_prompts=None, remeasure=False):
         self.target, self.proposers, self.device = target, proposers, device  # proposers: {method: Proposer}
         self.max_rows = max_rows  # the largest batch, for the policy of a method at size auto
-        self.cuda_graph = cuda_graph  # each method at a fixed size as one recorded step (kernels/step.py)
+        self.cuda_graph = cuda_graph  # each method at a fixed size as one recorded step (recorded.py)
         self.max_new, self.seed = max_new_tokens, seed
         self.sizing_prompts, self.remeasure = sizing_prompts, remeasure
         self.decoders = {}  # one per spec (and sampling, at size auto), made on first use and reused for every prompt
@@ -97,10 +97,10 @@ class Runner:
             if auto:  # a batch's policy measures its forward costs now (auto.BatchPolicy)
                 policy = policy_for(self.target, proposer, rule, sampling, self.sizing_prompts, self.max_rows,
                                     self.remeasure, self.progress)[0]
-            if self.cuda_graph and not auto and name in PARTS:  # (lookahead and sized policies run eagerly)
-                self.decoders[key] = Recorded(self.target, proposer, size_ or None, rule)
+            if self.cuda_graph and not auto and (name == "ar" or part_of(proposer)):  # (lookahead and sized policies run eagerly)
+                self.decoders[key] = Recorded(self.target, proposer, size_ or None, rule=rule)
             else:
-                self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy, rule)
+                self.decoders[key] = Decoder(self.target, proposer, None if auto else size_ or None, policy=policy, rule=rule)
         return self.decoders[key]
 
     def run(self, spec, prompts, sampling, first: int = 0) -> dict:
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP + " (column same)")
     knobs.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU; see README)")
     knobs.add_argument("--cuda-graph", action="store_true", help="every method at a fixed size as one recorded step, "
-                    "replayed as a CUDA graph (kernels/step.py; CUDA only; speedups are then against ar on the graph "
+                    "replayed as a CUDA graph (recorded.py; CUDA only; speedups are then against ar on the graph "
                     "path); lookahead and :auto rows run eagerly")
     knobs.add_argument("--attn", choices=["torch", "triton"], default="torch", help="attention over a step's tokens: "
                     "torch (SDPA with a dense mask) or triton (the tree-attention kernel, inside recorded steps too)")
@@ -322,7 +322,8 @@ def prepare(args, per_category: int | None = None):
     n_ctx = min(target.config.n_ctx, *(p.n_ctx or target.config.n_ctx for p in proposers.values()))
     for name, size_, rule in specs:
         parse_size(proposers[name], size_ or None, n_ctx, f"--methods {label((name, size_, None))}")  # one line if not
-        problem = args.cuda_graph and name in PARTS and size_ != "auto" and refusal(proposers[name], rule)
+        problem = args.cuda_graph and (name == "ar" or part_of(proposers[name])) and size_ != "auto" and \
+            refusal(proposers[name], rule)
         if problem:  # (lookahead and :auto rows run eagerly)
             die(f"--methods {label((name, size_, rule))} with --cuda-graph: {problem}")
     for c in categories:

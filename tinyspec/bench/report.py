@@ -11,7 +11,7 @@ a run cut short keeps what it finished:
    replayed graph against the readable loop, the recording against the eager forward, the kernel
    against its PyTorch reference);
 2. `methods`: held-out code, one prompt at a time: every method's recorded step replayed as a
-   CUDA graph (`kernels/step.py`) in float32 at T = 0 and 1, beside `ar` on the same path; the
+   CUDA graph (`recorded.py`) in float32 at T = 0 and 1, beside `ar` on the same path; the
    same methods eager (the readable loop), so each graph step meets its eager one; bfloat16;
    each row's tau, tokens/s, speedup against `ar` on its path and, greedy, the `same` count;
 4. `hf`: Hugging Face `generate` on the same weights, with a static cache and a compiled step,
@@ -47,7 +47,7 @@ from ..commands.cli import WEIGHTS, ArgumentParser, HelpFormatter, check_output,
 from ..files import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
-STEP_METHODS = "ar,draft:4,medusa:16,medusa:32,eagle,parallel,lookup,rest"  # each with a recorded step (kernels/step.py)
+STEP_METHODS = "ar,draft:4,medusa:16,medusa:32,eagle,parallel,lookup,rest"  # each with a recorded step (recorded.py)
 QUICK_METHODS = "ar,draft:2,medusa:8"
 PARTS = ("tests", "kernels", "methods", "hf")
 MIN_RUN_S = 5  # a benchmark run started with less time than this cannot finish: it is left out

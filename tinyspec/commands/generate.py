@@ -33,7 +33,7 @@ from tqdm import tqdm
 from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_OBSERVER, Step
 
 from ..results import run, run_batch
-from ..kernels.step import Recorded
+from ..recorded import Recorded
 from ..methods import METHODS, Decoder, check_rule
 from ..methods.base import default_rule
 from ..sampling import Sampling
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 on a CPU, see README: a second "
                        "thread gains little on these small models and costs several times over on a busy machine)")
     knobs.add_argument("--cuda-graph", action="store_true", help="run the whole step (proposing, the target's "
-                       "forward, the rule, the cache) as one CUDA graph, recorded once and replayed (kernels/step.py): "
+                       "forward, the rule, the cache) as one CUDA graph, recorded once and replayed (recorded.py): "
                        "no Python or launch overhead inside a step; every method but lookahead, at a fixed size, batch 1")
     knobs.add_argument("--attn", choices=["torch", "triton"], default="torch",
                        help="tree attention: torch (SDPA with a dense mask) or triton (the hand-written kernel; on a "
@@ -242,8 +242,10 @@ def generate(args) -> None:
                                               rows=args.batch_size, remeasure=args.remeasure, progress=progress)
         print(line, file=sys.stderr)
     try:
-        decoder = Recorded(model, proposer, size, args.accept) if args.cuda_graph else \
-            Decoder(model, proposer, None if size == "auto" else size, policy, args.accept)
+        decoder = Recorded(model, proposer, size, rule=args.accept) if args.cuda_graph else \
+            Decoder(model, proposer, None if size == "auto" else size, policy=policy, rule=args.accept)
+        if args.cuda_graph and decoder.instead(sampling.temperature):  # another rule than the readable loop's
+            print(decoder.instead(sampling.temperature), file=sys.stderr)
     except ValueError as e:
         die(str(e))
     colour = args.show and use_colour(args.color, sys.stdout)

@@ -76,10 +76,10 @@ class Decoder:
     the method's default size), or policy: a `speed/policy.Policy` that chooses each step's size,
     or a plain step, from the sizes it knows; rule: the acceptance rule's name (default: see
     `base.default_rule`). The target's cache at batch 1 is made once, here, and every prompt
-    reuses it; a batch makes its own. (`kernels/step.Recorded` runs a method at one size the same
-    way, its whole step recorded as one CUDA graph.)"""
+    reuses it; a batch makes its own. (`recorded.Recorded` runs a method at one size the same way,
+    its whole step recorded as one CUDA graph.)"""
 
-    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, policy=None,
+    def __init__(self, target: GPT, proposer: Method | None = None, size: str | None = None, *, policy=None,
                  rule: str | None = None):
         self.target, self.proposer, self.policy, self.rule = target, proposer or Method(), policy, rule
         if policy is not None:

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decoding import Proposer
+import torch
+
+from ..decoding import Proposer, Row, Step, Verified
+from ..sampling import Sampling
+from ..tree import Tree
 from ..verify import CHAIN_ONLY, SAMPLED
 
 
@@ -57,7 +61,8 @@ class Method(Proposer):
       proposes through an LM head that --draft-vocab may shrink);
     - default_size (what it runs at when named), sizes (what `--size auto` measures), and
       size_format: each number of a size, (name, lowest, highest, what it is), in order, so that
-      "2,4,8" reads as TOPK,DEPTH,NODES; `shape(size)` turns a size into what `propose` takes."""
+      "2,4,8" reads as TOPK,DEPTH,NODES; `shape(size)` turns a size into what `propose` takes;
+    - Part: its proposing with fixed shapes, for the recorded step (`Part`, below), or None."""
     name = "ar"
     chapter = 4
     summary = "plain autoregressive decoding"
@@ -68,6 +73,7 @@ class Method(Proposer):
     default_size: str | None = None
     sizes: tuple[str, ...] = ()
     size_format: tuple[tuple[str, int, int, str], ...] = ()
+    Part: type[Part] | None = None  # its fixed-shape proposing, for a recorded step (`Part`), where it has one
 
     @classmethod
     def size_help(cls) -> str:
@@ -103,6 +109,15 @@ class Method(Proposer):
         """A call that proposes for `rows` rows, to time (for a method whose batch_sizes predicts)."""
         raise NotImplementedError(f"{self.name} predicts no batch sizes")
 
+    def rule_at(self, rule: str | None, temperature: float) -> str:
+        """The rule a run judges with (`default_rule`), or a one-line ValueError where `rule` would
+        not keep the output the target's (`rule_problem`): what a recorded step asks of its method,
+        as `Decoder` asks the two functions."""
+        problem = rule_problem(self, rule, temperature)
+        if problem:
+            raise ValueError(problem)
+        return default_rule(self, rule, temperature)
+
     def identity(self) -> dict:
         """What the method's measured costs and acceptance depend on beyond its weights (modules)
         and settings: a datastore's size, say (`speed/sizing.py` keys its cache by it)."""
@@ -137,3 +152,66 @@ def default_rule(method: Method, rule: str | None, temperature: float) -> str:
     if temperature == 0:
         return "greedy"
     return rule or ("pointmass" if method.proposes == "fixed tokens" else "lossless")
+
+
+# ---- the fixed-shape part of a recorded step (recorded.py) ----------------------------------------
+
+class Part:
+    """A method's fixed-shape proposing, its side of a recorded step (`recorded.py`, chapter 11),
+    declared in the method's file beside `propose` as the method's `Part`, and made with (method,
+    shape, sampling, rule, slots): T nodes at most D deep; `static` the tree when its shape never changes; `begin` (host, once per prompt:
+    what the method reads of the prompt), `propose` (device: tokens (T,), parents (T,) or None for
+    the static tree, q (T+1, V) or None, valid (T+1,) or None) and `update` (device: what it keeps
+    for the next step). `rules`: the rules it runs at T > 0 (at T = 0 every rule is greedy)."""
+    rules = ("pointmass",)
+    static: Tree | None = None
+    sampled = False  # proposals drawn from q (the lossless rule needs them)
+    draws = 0  # uniform numbers a proposal uses
+    on_host = False  # proposes on the host, between steps (`HostPart`)
+
+    @classmethod
+    def problem(cls, method) -> str | None:
+        """Why this part cannot run `method` as it is set up, in one line, or None."""
+        return None
+
+    def begin(self, text: list[int], hidden: torch.Tensor) -> None:
+        pass
+
+    def update(self, hidden, path, n, seq) -> None:
+        """hidden (T+1, C) of every token fed; seq (D+2,): the root, then what the step produced."""
+
+
+class HostPart(Part):
+    """Prompt lookup and retrieval propose on the host, from the text the last step read back: the
+    readable method proposes (`offer`), and its tree, padded to T nodes that are never accepted
+    (`valid`), is copied into the step's inputs."""
+    on_host = True
+
+    def __init__(self, method, shape, sampling: Sampling, rule: str, slots: int):
+        self.method, self.shape, device = method, shape, method.device
+        self.T = self.D = method.room(shape)
+        self.x = torch.zeros(self.T, dtype=torch.long, device=device)
+        self.parents = torch.full((self.T,), -1, dtype=torch.long, device=device)
+        self.valid = torch.zeros(self.T + 1, dtype=torch.bool, device=device)
+
+    def begin(self, text, hidden):
+        self.row = Row(0, list(text), None)
+        self.method.start([self.row], [hidden], 0)
+
+    def offer(self, room: int) -> bool:
+        """The method's proposal copied in; False if it has none (then the step is a plain one)."""
+        proposal = self.method.propose([self.row], self.shape, [room], None, False)[0]
+        if proposal is None:
+            return False
+        n = len(proposal.tokens)
+        self.x[:n] = proposal.tokens
+        self.parents.copy_(torch.tensor(proposal.tree.parents + (-1,) * (self.T - n)))
+        self.valid.copy_(torch.arange(self.T + 1) <= n)
+        return True
+
+    def heard(self, tokens: list[int]) -> None:
+        self.row.text += tokens
+        self.method.update([self.row], [None], [Verified(Step(tokens, []), None, None)])
+
+    def propose(self, root, L, u):
+        return self.x, self.parents, None, self.valid

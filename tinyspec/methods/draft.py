@@ -32,12 +32,12 @@ from __future__ import annotations
 import torch
 
 from ..decoding import Proposal, Row, Verified, last
-from ..kvcache import KVCache, feed
-from ..model import GPT, DraftVocab
-from ..sampling import Sampling, residual, sample
+from ..kvcache import KVCache, SlotWriter, feed, slot_mask
+from ..model import GPT, DraftVocab, causal_mask
+from ..sampling import Sampling, draw, residual, sample
 from ..tree import chain, tree_on
 from ..verify import RULES
-from .base import Method, Weights
+from .base import Method, Part, Weights
 
 
 def accept_or_resample(target_probs: torch.Tensor, draft_probs: torch.Tensor, drafts: torch.Tensor,
@@ -157,6 +157,50 @@ def expected_speedup(alpha: float, c: float, k: int) -> float:
 def best_k(alpha: float, c: float, k_max: int) -> int:
     """The k in 0..k_max with the largest expected speedup (k = 0 is plain decoding, speedup 1)."""
     return max(range(k_max + 1), key=lambda k: expected_speedup(alpha, c, k))
+
+
+class DraftPart(Part):
+    """`DraftModel.propose` with fixed shapes, for a recorded step: the draft's own cache at slots
+    on the device, a chain of k drafted one token at a time (argmax, or drawn from q)."""
+    rules = ("lossless", "pointmass", "block")
+
+    def __init__(self, method, k: int, sampling: Sampling, rule: str, slots: int):
+        self.draft, self.lm_head, self.sampling = method.draft, method.lm_head, sampling
+        self.static, self.T, self.D, self.draws, self.sampled = chain(k).to(method.draft.lm_head.weight.device), k, k, k, \
+            sampling.temperature > 0
+        self.cache = KVCache.for_model(method.draft, slots)
+        self.prev = torch.zeros(1, dtype=torch.long, device=self.cache.k.device)  # the token before the root
+
+    def begin(self, text, hidden):  # the draft reads all but the last two tokens; each step feeds those
+        self.cache.reset()
+        if len(text) > 2:
+            self.draft.hidden(torch.tensor(text[:-2], device=self.prev.device)[None], cache=self.cache)
+        self.prev.fill_(text[-2])
+
+    def forward(self, x, at):
+        """The draft's hidden state after x (n,) fed at slots `at` (n,), causally."""
+        mask = slot_mask(causal_mask(len(x), x.device), at[:1], self.cache.max_len)
+        return self.draft.hidden(x[None], positions=at, cache=SlotWriter(self.cache, at), attn_mask=mask)[0, -1:]
+
+    def propose(self, root, L, u):
+        h = self.forward(torch.cat([self.prev, root]), L - 1 + torch.arange(2, device=L.device))
+        tokens, qs = [], []
+        for i in range(self.T):
+            logits = self.lm_head(h)  # (1, V)
+            if self.sampled:
+                qs.append(self.sampling.probs(logits))
+                tokens.append(draw(qs[-1], u[i:i + 1]))
+            else:
+                tokens.append(logits.argmax(-1))
+            if i + 1 < self.T:
+                h = self.forward(tokens[-1], L + 1 + i)
+        return torch.cat(tokens), None, torch.cat(qs[:1] + qs) if qs else None, None
+
+    def update(self, hidden, path, n, seq):
+        self.prev.copy_(seq[n - 1])
+
+
+DraftModel.Part = DraftPart  # its recorded step, found through the method as METHOD is
 
 
 METHOD = DraftModel

@@ -45,11 +45,11 @@ import torch.nn as nn
 
 from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
-from ..kvcache import KVCache
+from ..kvcache import KVCache, SlotWriter, slot_mask
 from ..model import GPT, SDPA, Block, DraftVocab, GPTConfig, causal_mask, prefix_mask
 from ..sampling import Sampling, sample
 from ..tree import MAX_NODES, Tree, load_tree
-from .base import STATIC_TREE, Method, Weights
+from .base import STATIC_TREE, Method, Part, Weights
 
 
 class EagleHead(nn.Module):
@@ -133,7 +133,7 @@ def grow_tree(root_logits: torch.Tensor, expand: Callable, top_k: int, depth: in
     """EAGLE-2's dynamic tree (Li et al. 2024, Section 4): the `total_tokens` draft tokens most likely to
     be accepted, from `depth - 1` head forwards. Returns (parents (T,), tokens (T,)), T <= total_tokens,
     as tensors on the device: nothing here is read back to the host, so the recorded step
-    (`kernels/step.py`) grows its trees with this very function.
+    (`EaglePart`, below) grows its trees with this very function.
 
     root_logits (V,): the head's logits for the root's children. The *value* of a node is the
     product of the draft's probabilities along its path (a sum of log-probabilities here), the
@@ -399,6 +399,80 @@ class Eagle(Method):
                 r.state.pieces = [new]  # the head read everything before this step
             else:
                 r.state.pieces.append(new)
+
+
+class EaglePart(Part):
+    """EAGLE's head (and the parallel drafter's): its cache holds the pairs (f_j, t_{j+1}) it has
+    read below `committed`; `features`, `tokens` hold the D + 1 newest pairs, the first `n_pending`
+    of them not read yet. A step reads them all at once (the rest are written past what it keeps),
+    then grows EAGLE-2's tree of T nodes, top_k expanded per depth (with `grow_tree`, as `Eagle`)."""
+
+    @classmethod
+    def problem(cls, method) -> str | None:
+        return f"a recorded step of {method.name} grows EAGLE-2's tree: drop --tree" if method.static is not None else None
+
+    def __init__(self, method, shape, sampling: Sampling, rule: str, slots: int):
+        self.method, self.head, self.shape = method, method.head, shape
+        self.top_k, self.D, total = shape
+        levels = [min(self.top_k, total)]  # nodes made at each depth
+        for _ in range(self.D - 1):
+            levels.append(min(self.top_k, levels[-1]) * self.top_k)
+        self.T, self.made, self.expanded = min(total, sum(levels)), sum(levels), [min(self.top_k, n) for n in levels[:-1]]
+        self.cache = self.head.new_cache(slots + self.D + 1 + sum(self.expanded))
+        device, C = self.cache.k.device, method.target.config.n_embd
+        self.committed = torch.zeros(1, dtype=torch.long, device=device)
+        self.features = torch.zeros(self.D + 1, C, device=device, dtype=self.cache.k.dtype)
+        self.tokens = torch.zeros(self.D + 1, dtype=torch.long, device=device)
+        self.n_pending = torch.ones(1, dtype=torch.long, device=device)
+        self.wte = method.target.transformer.wte
+
+    def begin(self, text, hidden):  # the prompt's pairs but the last are read and kept at once
+        self.cache.reset()
+        if len(text) > 2:
+            self.head(hidden[None, :-1], torch.tensor(text[1:-1], device=hidden.device)[None], self.wte, self.cache)
+        self.committed.fill_(self.cache.length)
+        self.features[:1], self.tokens[:1] = hidden[-1:], text[-1]
+        self.n_pending.fill_(1)
+
+    def read(self, x: torch.Tensor, at: torch.Tensor, sees: torch.Tensor) -> torch.Tensor:
+        """The head's block over inputs x (n, C), written at slots `at`: each sees the committed
+        slots and, of the len(sees[0]) slots after them, where sees (n, m) says."""
+        return self.head.run(x[None], SlotWriter(self.cache, at), slot_mask(sees, self.committed, self.cache.max_len))[0]
+
+    def catch_up(self) -> torch.Tensor:
+        """f^_M (1, C), the head's feature at the root, from the pending pairs, which it then keeps."""
+        n = self.D + 1
+        x = self.head.embed(self.features[None], self.tokens[None], self.wte)[0]
+        f = self.read(x, self.committed + torch.arange(n, device=x.device), causal_mask(n, x.device))
+        self.committed.add_(self.n_pending)
+        return f[self.n_pending - 1]
+
+    def propose(self, root, L, u):
+        f_root = self.catch_up()
+        E = sum(self.expanded)
+        feature = torch.cat([f_root, f_root.new_zeros(self.made, f_root.shape[-1])])  # row i + 1: node i's f^
+        sees = torch.zeros(self.made, E, dtype=torch.bool, device=f_root.device)  # which expanded nodes a node sees
+
+        def expand(chosen, parents, tokens, d):  # the e chosen nodes of depth d, side by side after the text
+            e, first = len(chosen), sum(self.expanded[:d - 1])
+            view = sees[chosen]
+            view[:, first:first + e] |= torch.eye(e, dtype=torch.bool, device=view.device)  # and itself
+            made = len(parents)  # their children: nodes made .. made + e top_k - 1
+            sees[made:made + e * self.top_k] = view.repeat_interleave(self.top_k, 0)
+            x = self.head.embed(feature[parents[chosen] + 1][None], tokens[None], self.wte)[0]
+            f = self.read(x, self.committed + first + torch.arange(e, device=x.device), view)
+            feature[chosen + 1] = f
+            return self.method.lm_head(f)
+        parents, tokens = grow_tree(self.method.lm_head(f_root)[0], expand, *self.shape)
+        return tokens, parents, None, None
+
+    def update(self, hidden, path, n, seq):
+        self.features.copy_(hidden[path])  # the true features of the root and the path,
+        self.tokens.copy_(seq[1:])  # each with the token that followed it
+        self.n_pending.copy_(n)
+
+
+Eagle.Part = EaglePart  # its recorded step, found through the method as METHOD is
 
 
 METHOD = Eagle

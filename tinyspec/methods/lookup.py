@@ -30,7 +30,7 @@ from ..decoding import Proposal, Row, Verified
 from ..model import GPT
 from ..sampling import Sampling
 from ..tree import chain, tree_on
-from .base import Method, Setting
+from .base import HostPart, Method, Setting
 from .ngrams import NgramIndex
 
 
@@ -69,4 +69,5 @@ class PromptLookup(Method):
             r.state.extend(v.step.tokens)
 
 
+PromptLookup.Part = HostPart  # (and retrieval's): it proposes on the host, between recorded steps
 METHOD = PromptLookup

@@ -44,9 +44,9 @@ import torch.nn.functional as F
 from ..decoding import Proposal, Row, Verified
 from ..files import atomic_save_tensors, read_tensors
 from ..model import GPT, DraftVocab
-from ..sampling import Sampling, sample
+from ..sampling import Sampling, draw, sample
 from ..tree import MAX_NODES, Tree, expected_accepted, from_accuracies, load_tree
-from .base import STATIC_TREE, Method, Weights
+from .base import STATIC_TREE, Method, Part, Weights
 
 
 class ResBlock(nn.Module):
@@ -180,6 +180,36 @@ class Medusa(Method):
     def update(self, rows: list[Row], proposals: list, verified: list[Verified]) -> None:
         for r, v in zip(rows, verified):
             r.state = v.hidden[v.kept[-1]]  # the hidden state of the last accepted token: the heads' next input
+
+
+class MedusaPart(Part):
+    """`Medusa.propose` with fixed shapes, for a recorded step: the heads read the hidden state the
+    last step kept, and fill the static tree (its ranks, or draws from q for the lossless rule)."""
+    rules = ("pointmass", "lossless")
+
+    def __init__(self, method, tree: Tree, sampling: Sampling, rule: str, slots: int):
+        self.heads, self.lm_head, self.sampling, self.sampled = method.heads, method.lm_head, sampling, rule == "lossless"
+        self.static, self.T, self.D, self.draws = tree, len(tree), tree.max_depth, len(tree)
+        self.head_of, self.ranks = tree.depth[1:] - 1, torch.tensor(tree.ranks, device=tree.depth.device)
+        self.top = max(tree.ranks) + 1  # the guesses a head ranks (a Python int: read once, here)
+        self.h = torch.zeros(1, method.target.config.n_embd, device=tree.depth.device,
+                             dtype=method.target.lm_head.weight.dtype)  # the hidden state before the root
+
+    def begin(self, text, hidden):
+        self.h.copy_(hidden[-1:])
+
+    def propose(self, root, L, u):
+        logits = self.heads(self.h, self.lm_head)[:, 0]  # (K, V)
+        if not self.sampled:  # node i: the ranks[i]-th best guess of its depth's head
+            return logits.topk(self.top).indices[self.head_of, self.ranks], None, None, None
+        q = self.sampling.probs(logits)[self.static.depth.clamp(min=1) - 1]  # (T+1, V): node a drawn from q[a]
+        return draw(q[1:], u[:self.T]), None, q, None
+
+    def update(self, hidden, path, n, seq):
+        self.h.copy_(hidden[path[n - 1]])
+
+
+Medusa.Part = MedusaPart  # its recorded step, found through the method as METHOD is
 
 
 METHOD = Medusa

@@ -44,7 +44,7 @@ from ..model import GPTConfig
 from ..sampling import Sampling
 from ..tree import MAX_NODES, Tree
 from .base import STATIC_TREE, Weights
-from .eagle import Eagle, EagleHead, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
+from .eagle import Eagle, EagleHead, EaglePart, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
 from .medusa import MedusaHeads
 
 BLOCK = 5  # k, the deepest block a head is made with: EAGLE's depth and Medusa's 4 heads
@@ -138,6 +138,20 @@ class Parallel(Eagle):
         else:
             (parents, tokens), q = grow_tree(logits[0], expand, *shape), None
         return tokens, as_tree(parents), q
+
+
+class ParallelPart(EaglePart):
+    """The parallel drafter: one head forward gives every depth's distribution, and the tree grows
+    from them (a node at depth d has depth d + 1's children)."""
+
+    def propose(self, root, L, u):
+        logits = self.method.lm_head(self.head.features_ahead(self.catch_up(), self.D))[:, 0]  # (D, V)
+        parents, tokens = grow_tree(logits[0], lambda chosen, parents, tokens, d: logits[d].expand(len(chosen), -1),
+                                    *self.shape)
+        return tokens, parents, None, None
+
+
+Parallel.Part = ParallelPart  # its recorded step, found through the method as METHOD is
 
 
 METHOD = Parallel

@@ -19,7 +19,7 @@ import torch
 
 from ..decoding import NO_CLOCK, Clock
 
-PARTS = ("target", "propose", "rule", "cache")  # and "step": a recorded step, all four at once (kernels/step.py)
+PARTS = ("target", "propose", "rule", "cache")  # and "step": a recorded step, all four at once (recorded.py)
 
 
 class Ledger(Clock):
