@@ -51,8 +51,8 @@ from pathlib import Path
 import torch
 
 from ..commands.cli import (DEFAULT_EAGLE, DEFAULT_HEADS, DEFAULT_MODEL, DEFAULT_TOKENIZER, ArgumentParser, HelpFormatter,
-                             check_input, check_output, die, examples, load_model, pick_device, run_main, set_threads,
-                             shown)
+                             check_input, check_output, die, examples, load_encoding, load_model, load_weights,
+                             pick_device, run_main, set_threads, shown)
 from ..files import atomic_path, atomic_write_json, home
 from ..kvcache import KVCache
 from .diagrams import DIAGRAMS, block_coins_data, cost_curve_data, draw, residual_walk_data, traversal_coins_data, \
@@ -190,14 +190,13 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
     from ..decoding import Proposal, Row, verify
-    from ..methods.eagle import EagleHead, HeadDrafter, grow_tree
+    from ..methods.eagle import HeadDrafter, grow_tree
     from ..sampling import Sampling
-    from ..tokenizer import load_tokenizer
     from ..tree import Tree
     from ..verify import greedy
-    enc, cpu = load_tokenizer(tokenizer_path), torch.device("cpu")
+    enc, cpu = load_encoding(tokenizer_path), torch.device("cpu")
     target = load_model(model_path, cpu, torch.float32)
-    head = EagleHead.load(head_path, cpu, torch.float32)
+    head = load_weights("eagle", head_path, target, enc, cpu, torch.float32)  # a bad file: one line
     x = torch.tensor(enc.encode_ordinary(prompt))
     cache = KVCache.for_model(target, 256)
     drafter = HeadDrafter(head, target.transformer.wte, target.lm_head, head.new_cache(256))
@@ -241,10 +240,10 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
 def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> None:
     """Print the cost of each piece of an EAGLE step in plain decoding steps (a one-token target
     forward after `context` cached tokens): medians, every piece timed in turn (`speed/timing.py`)."""
-    from ..methods.eagle import EagleHead, HeadDrafter
+    from ..methods.eagle import HeadDrafter
     cpu, L = torch.device("cpu"), context
     t = load_model(model_path, cpu, torch.float32)
-    h = EagleHead.load(head_path, cpu, torch.float32)
+    h = load_weights("eagle", head_path, t, None, cpu, torch.float32)  # a bad file: one line
     z = lambda n: torch.zeros(n, dtype=torch.long)
     calls = {"plain": forward_call(t, 1, 1, L)}
     calls |= {f"target forward over the root and {n} nodes": forward_call(t, 1, n + 1, L, chain(n)) for n in (8, 16, 32)}
@@ -451,6 +450,8 @@ def main(argv=None) -> None:
         except ImportError:
             die("these figures need matplotlib: pip install -e '.[plot]'")
     out = check_output(args.out, "--out", directory=True)
+    if args.threads is not None:  # a count refused before any folder is made
+        set_threads(args.threads, torch.device("cpu"))
     rows = bench_rows(args.report) if "bench" in args.figures else None  # a bad report is refused before any work
     costs = forward_costs(args.forward_cost) if "cost-curve" in args.figures and "cost" not in args.figures else None
     if {"tree-mask", "tree-step"} & set(args.figures) and not check_input(args.heads, "--heads").is_file():

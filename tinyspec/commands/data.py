@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     if args.what == "datastore":
         if args.tokens < 1000:
             die(f"--tokens must be at least 1000, got {args.tokens}")
-        destination = check_destination(args.out or home() / "datastore.safetensors", args.force)
+        destination = check_destination(home() / "datastore.safetensors" if args.out is None else args.out, args.force)
     out = corpus.prepare(enc, Path(args.tokenizer), Path(args.data_dir), packages=not args.stdlib_only)
     if args.what == "datastore":
         store = corpus.make_datastore(out, args.tokens, enc.eot_token)
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
         store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
         card, carded = destination.with_suffix(".md"), False
         command = f"python -m tinyspec data datastore --tokens {args.tokens}" + " --stdlib-only" * args.stdlib_only + \
-            (f" --out {shown(destination)}" if args.out else "")
+            (f" --out {shown(destination)}" if args.out is not None else "")
         try:
             atomic_write_text(card, corpus.datastore_card(store, destination, command))
             carded = True
