@@ -171,6 +171,7 @@ LONG = "n" * 300
 MORE_CASES = [
     (None, "bench", "--quick --save ''", "--save is empty: give a file name"),
     (None, "data", "datastore --stdlib-only --out ''", "--out is empty: give a file name"),
+    (None, "evaluate", "--stdlib-only --save ''", "--save is empty: give a file name"),
     (None, "figures", "cost --threads 99999999999999999999 --out {tmp}/figs", "--threads 99999999999999999999 is more"),
     (None, "figures", "eagle-tree --eagle {tmp}/cut.safetensors", "{tmp}/cut.safetensors is not a readable safetensors"),
     (None, "course", "grade {tmp}/" + LONG, "course grade {tmp}/nnn"),
