@@ -173,13 +173,13 @@ MORE_CASES = [
     (None, "data", "datastore --stdlib-only --out ''", "--out is empty: give a file name"),
     (None, "evaluate", "--stdlib-only --save ''", "--save is empty: give a file name"),
     (None, "figures", "cost --threads 99999999999999999999 --out {tmp}/figs", "--threads 99999999999999999999 is more"),
-    (None, "figures", "eagle-tree --eagle {tmp}/cut.safetensors", "{tmp}/cut.safetensors is not a readable safetensors"),
+    (None, "figures", "eagle-tree --eagle {tmp}/cut.safetensors", "{tmp}/cut.safetensors is not a readable"),
     (None, "course", "grade {tmp}/" + LONG, "course grade {tmp}/nnn"),
     (None, "generate", "--prompt-file {tmp}/nul.txt", "line 1: over 200320 bytes, longer than any prompt the model's"),
     ("{tmp}/file", "generate", "--prompt x --method medusa --size auto", "TINYSPEC_HOME={tmp}/file, where nothing can "
      "be written ({tmp}/file is a file, not a folder): set TINYSPEC_HOME to a folder that can be written"),
     ("/dev/full", "generate", "--prompt x --method medusa --size auto", "(/dev/full is a device, not a folder)"),
-    ("/sys/tinyspec", "generate", "--prompt x --method medusa --size auto", "cannot create a file in /sys"),  # read-only
+    ("/sys/tinyspec", "generate", "--prompt x --method medusa --size auto", "cannot create a file in /sys"),  # ro
     ("{tmp}/dangling", "generate", "--prompt x --method lookup --size auto", "{tmp}/dangling is a link to"),
     ("{tmp}/fifo", "generate", "--prompt x --method draft --size auto", "({tmp}/fifo is a FIFO, not a folder)"),
     ("{tmp}/fifo", "bench", "--quick --methods ar,medusa:auto", "({tmp}/fifo is a FIFO, not a folder)"),

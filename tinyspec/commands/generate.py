@@ -39,9 +39,9 @@ from ..speed.ledger import Ledger
 from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_method_flags, check_input, check_method_flags, check_prompt_bytes, check_prompts, check_tokenizer, die,
-                  examples, load_encoding, load_method, load_model, most_prompt_bytes, parse_size, pick_device, pick_dtype, run_main, seed,
-                  set_threads, use_attention, use_colour, warn_lossy)
+                  add_method_flags, check_input, check_method_flags, check_prompt_bytes, check_prompts, check_tokenizer,
+                  die, examples, load_encoding, load_method, load_model, most_prompt_bytes, parse_size, pick_device,
+                  pick_dtype, run_main, seed, set_threads, use_attention, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
@@ -232,8 +232,8 @@ def generate(args) -> None:
     check_prompt_bytes(prompts, most, n_ctx)
     if args.prompt_file:
         print(f"{len(prompts)} prompt{'s' * (len(prompts) > 1)} from {args.prompt_file}", file=sys.stderr)
-    encoded = [enc.encode_ordinary(p) for p in progress_bar(prompts, desc="encoding", unit="prompt", file=sys.stderr,
-                                                    disable=len(prompts) < 1000)]
+    encoded = [enc.encode_ordinary(p) for p in progress_bar(prompts, desc="encoding", unit="prompt",
+                                                            disable=len(prompts) < 1000)]
     check_prompts(encoded, n_ctx)
     policy, sizing = None, None
     if size == "auto":  # measure (or read) what pays on this device, then choose per step

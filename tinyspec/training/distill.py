@@ -54,7 +54,8 @@ def self_distill(model: GPT, tokens: TokenFile, n_sequences: int, prompt_len: in
     g = torch.Generator().manual_seed(seed)
     g_dev = torch.Generator(device=device).manual_seed(seed)
     rows = []
-    for start in progress_bar(range(0, n_sequences, batch), desc=f"self-distilling (T={temperature})", disable=not progress):
+    for start in progress_bar(range(0, n_sequences, batch), desc=f"self-distilling (T={temperature})",
+                              disable=not progress):
         b = min(batch, n_sequences - start)
         x = tokens.batch(b, prompt_len, g)[0].to(device)  # (b, P)
         cache = KVCache.for_model(model, prompt_len + gen_len, batch=b)
@@ -223,8 +224,8 @@ def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor,
     g = torch.Generator().manual_seed(seed)  # rows and noise: its state is the data sampler's
     step, curve = resume(opt, g) if resume else (0, [])
     tokens = torch.from_numpy(sequences.astype(np.int64))
-    bar = progress_bar(range(step, steps), desc=f"training the {type(head).__name__}", disable=not progress, initial=step,
-               total=steps)
+    bar = progress_bar(range(step, steps), desc=f"training the {type(head).__name__}", disable=not progress,
+                       initial=step, total=steps)
     sums = []
     for step in bar:
         for group in opt.param_groups:
