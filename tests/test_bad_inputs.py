@@ -8,6 +8,7 @@ the paths and numbers that got through before. A few cases need a real process (
 `python -m tinyspec.generate`): they run as subprocesses at the end."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tinyspec.commands import cli, data, generate, train
-from tinyspec.bench import command as bench, evaluate
+from tinyspec.bench import command as bench, evaluate, figures
+from tinyspec.course import handouts
 from tinyspec.commands.cli import WEIGHTS
 
 from conftest import refused
@@ -75,7 +77,6 @@ CASES = [
     ("train", "gpt --preset tiny --run-dir {tmp}/run", "{tmp}/run holds an earlier run's checkpoints (step-000010): "
               "pass --resume to continue that run, --force to start over"),
     ("train", "eagle --run-dir {tmp}/eagle-run", "eagle-run/checkpoints holds an earlier run's checkpoints"),
-    # issue 54, items 1-3
     # heads go where --run-dir (or --out) says, and an earlier run's are replaced only with --force
     ("train", "medusa --run-dir {tmp}/medusa-run", "{tmp}/medusa-run/medusa.safetensors already exists (an earlier run"),
     ("train", "eagle --run-dir {tmp}/folder --out {tmp}/medusa-run/medusa.safetensors", "medusa.safetensors already "
@@ -100,6 +101,25 @@ CASES = [
     ("train", "gpt --preset tiny --n-ctx 0", "--n-ctx must be at least 1, got 0"),
     ("train", "gpt --preset tiny --n-head 0", "--n-head must be at least 1, got 0"),
     ("train", "gpt --preset tiny --n-embd -8", "--n-embd must be at least 1, got -8"),
+    # more threads than CPUs, one rule for every command (torch overflows at 10**20; bench crawled at 1000)
+    ("generate", "--prompt x --threads 99999999999999999999", "--threads 99999999999999999999 is more than the"),
+    ("bench", "--quick --threads 99999999999999999999", "--threads 99999999999999999999 is more than the"),
+    ("bench", "--quick --threads 1000", "--threads 1000 is more than the"),
+    ("train", "gpt --preset tiny --threads 99999999999999999999 --run-dir {tmp}/new", "--threads 99999999999999999999 "
+              "is more than the"),
+    # a file name longer than the file system's 255 bytes (ENAMETOOLONG), for every path flag that reads
+    ("generate", "--prompt-file {tmp}/" + "n" * 300, "--prompt-file {tmp}/nnn"),
+    ("generate", "--prompt x --model {tmp}/" + "n" * 300, "nnn: File name too long: give another path"),
+    ("generate", "--prompt x --tokenizer {tmp}/" + "n" * 300, "nnn: File name too long: give another path"),
+    ("generate", "--prompt x --method rest --datastore {tmp}/" + "n" * 300, "nnn: File name too long: give another"),
+    ("generate", "--prompt x --method medusa --heads {tmp}/" + "n" * 300, "nnn: File name too long: give another"),
+    ("bench", "--quick --prompts {tmp}/" + "n" * 300, "nnn: File name too long: give another path"),
+    ("train", "gpt --preset tiny --run-dir {tmp}/new --text {tmp}/" + "n" * 300, "nnn: File name too long: give"),
+    # a file that fails when read (EIO), tried before the work
+    ("generate", "--prompt-file /proc/self/mem", "--prompt-file /proc/self/mem cannot be read (Input/output error)"),
+    ("generate", "--prompt x --tokenizer /proc/self/mem", "--tokenizer /proc/self/mem cannot be read (Input/output"),
+    ("bench", "--quick --prompts /proc/self/mem", "--prompts /proc/self/mem cannot be read (Input/output error)"),
+    ("train", "gpt --preset tiny --run-dir {tmp}/new --text /proc/self/mem", "--text /proc/self/mem cannot be read"),
 ]
 
 
@@ -129,7 +149,7 @@ def things(tmp_path):
     (tmp_path / "run" / "step-000010").mkdir(parents=True)
     (tmp_path / "run" / "latest").write_text("step-000010\n")
     (tmp_path / "eagle-run" / "checkpoints" / "step-000003").mkdir(parents=True)
-    # issue 54: an earlier run's heads; weights of a run that diverged
+    # an earlier run's heads; weights of a run that diverged
     (tmp_path / "medusa-run").mkdir()
     (tmp_path / "medusa-run" / "medusa.safetensors").write_bytes(b"an earlier run's heads")
     save_file({"transformer.wte.weight": torch.tensor([[1.0, float("nan")]])}, tmp_path / "nan-model.safetensors")
@@ -174,6 +194,52 @@ def test_a_dangling_link_into_a_folder_that_exists_is_written_through_and_named(
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["store.md", "store.safetensors"]
 
 
+# What the table above cannot say: an empty argument, TINYSPEC_HOME, more commands, more
+# files. (TINYSPEC_HOME, command, argv as a shell splits it, message); {tmp} holds (see `more_things`) a file, a FIFO,
+# a link to nothing, an EAGLE head cut short, and a prompt file of 1 GB of NUL bytes (sparse: no disk is spent)
+MORE_COMMANDS = {**COMMANDS, "figures": figures.main, "course": handouts.main}
+LONG = "n" * 300
+MORE_CASES = [
+    (None, "bench", "--quick --save ''", "--save is empty: give a file name"),
+    (None, "data", "datastore --stdlib-only --out ''", "--out is empty: give a file name"),
+    (None, "evaluate", "--stdlib-only --save ''", "--save is empty: give a file name"),
+    (None, "figures", "cost --threads 99999999999999999999 --out {tmp}/figs", "--threads 99999999999999999999 is more"),
+    (None, "figures", "eagle-tree --eagle {tmp}/cut.safetensors", "{tmp}/cut.safetensors is not a readable"),
+    (None, "course", "grade {tmp}/" + LONG, "course grade {tmp}/nnn"),
+    (None, "generate", "--prompt-file {tmp}/nul.txt", "line 1: over 200320 bytes, longer than any prompt the model's"),
+    ("{tmp}/file", "generate", "--prompt x --method medusa --size auto", "TINYSPEC_HOME={tmp}/file, where nothing can "
+     "be written ({tmp}/file is a file, not a folder): set TINYSPEC_HOME to a folder that can be written"),
+    ("/dev/full", "generate", "--prompt x --method medusa --size auto", "(/dev/full is a device, not a folder)"),
+    ("/sys/tinyspec", "generate", "--prompt x --method medusa --size auto", "cannot create a file in /sys"),  # ro
+    ("{tmp}/dangling", "generate", "--prompt x --method lookup --size auto", "{tmp}/dangling is a link to"),
+    ("{tmp}/fifo", "generate", "--prompt x --method draft --size auto", "({tmp}/fifo is a FIFO, not a folder)"),
+    ("{tmp}/fifo", "bench", "--quick --methods ar,medusa:auto", "({tmp}/fifo is a FIFO, not a folder)"),
+]
+
+
+@pytest.fixture
+def more_things(tmp_path):
+    (tmp_path / "file").write_text("a file\n")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    (tmp_path / "cut.safetensors").write_bytes((WEIGHTS / "eagle.safetensors").read_bytes()[:1000])
+    with open(tmp_path / "nul.txt", "wb") as f:
+        f.truncate(10 ** 9)
+    return tmp_path
+
+
+@pytest.mark.parametrize("home, command, argv, message", MORE_CASES,
+                         ids=[f"{h or ''} {c} {a}"[:70] for h, c, a, _ in MORE_CASES])
+def test_more_bad_input_is_one_line_exit_2_and_nothing_is_made(home, command, argv, message, more_things, capsys,
+                                                               monkeypatch):
+    if home:
+        monkeypatch.setenv("TINYSPEC_HOME", home.format(tmp=more_things))
+    before = snapshot(more_things)
+    err = refused(MORE_COMMANDS[command], shlex.split(argv.format(tmp=more_things)), capsys)
+    assert err.startswith("error: ") and message.format(tmp=more_things) in err, err
+    assert snapshot(more_things) == before
+
+
 def test_start_over_in_a_run_folder_only_with_force(tmp_path, capsys):
     from tinyspec.training.checkpoint import check_fresh_start
     (tmp_path / "step-000010").mkdir()
@@ -184,17 +250,18 @@ def test_start_over_in_a_run_folder_only_with_force(tmp_path, capsys):
         check_fresh_start(tmp_path, False, False)
 
 
-def test_too_many_threads_is_a_warning_and_the_command_goes_on(monkeypatch, capsys):
+def test_more_threads_than_cpus_is_refused_and_as_many_are_used(monkeypatch, capsys):
+    """One rule for every command (they all call set_threads): the CPUs this process may use, and no
+    more. At 1000 threads a forward waits for every thread to get a core: generate finished, bench crawled."""
     import torch
     asked = []
     monkeypatch.setattr(cli, "cpus", lambda: 2)
     monkeypatch.setattr(torch, "set_num_threads", asked.append)
     monkeypatch.setattr(torch, "get_num_threads", lambda: asked[-1])
-    assert cli.set_threads(1000, torch.device("cpu")) == 1000
-    err = capsys.readouterr().err
-    assert err.startswith("warning: --threads 1000 is more than the 2 CPUs") and err.count("\n") == 1, err
-    cli.set_threads(2, torch.device("cpu"))
-    assert capsys.readouterr().err == ""
+    err = refused(lambda argv: cli.set_threads(3, torch.device("cpu")), [], capsys)
+    assert err == "error: --threads 3 is more than the 2 CPUs this process may use, where threads only wait for " \
+        "each other: use --threads 2 or fewer\n" and asked == [], err
+    assert cli.set_threads(2, torch.device("cpu")) == 2 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("temperature, warned", [("1", True), ("0", False)])
@@ -263,6 +330,19 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_status_1(args):
         p = tinyspec(*args, stdout=full)
     assert p.returncode == 1 and p.stderr == "error: cannot write to standard output: No space left on device\n", \
         p.stderr
+
+
+@pytest.mark.parametrize("how, env, message", [
+    ("closed", {}, "error: standard output is closed (>&-): send it to a file, or to /dev/null to discard it\n"),
+    ("pipe", {"PYTHONIOENCODING": "ascii"}, "error: cannot write to standard output: its encoding, ascii, has no "
+     "'\\xe9': set PYTHONIOENCODING=utf-8\n")], ids=["stdout closed", "PYTHONIOENCODING=ascii"])
+def test_a_stdout_the_user_set_up_wrong_is_one_line_and_status_2(how, env, message):
+    """`>&-` (Python's sys.stdout is then None) and an encoding without the prompt's
+    characters are the user's settings: one line naming the fix, status 2, no traceback."""
+    p = tinyspec("tinyspec.generate", "--prompt", "caf\u00e9", "--max-new-tokens", "2",
+                 stdout=subprocess.DEVNULL if how == "pipe" else None, env=dict(os.environ, **env),
+                 pass_fds=(), **({"preexec_fn": lambda: os.close(1)} if how == "closed" else {}))
+    assert p.returncode == 2 and p.stderr == message, p.stderr
 
 
 def test_python_m_tinyspec_generate_is_the_generate_command():

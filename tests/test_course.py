@@ -204,6 +204,22 @@ def test_grading_without_triton_leaves_the_kernel_out_and_refuses_it_by_name(tmp
     assert message.startswith("error: --chapters kernel: its tests need triton") and '.[triton]"' in message
 
 
+def test_a_handout_with_nothing_gradable_here_is_refused_not_graded_0_of_0(tmp_path, capsys, monkeypatch):
+    """A kernel-only handout graded without Triton printed "total 0/0" and exited 0, which reads as a
+    pass: one line saying nothing could be graded and why, status 2, and pytest never started."""
+    import importlib.util
+    from conftest import refused
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: pytest.fail("pytest ran with nothing to grade"))
+    (tmp_path / "tinyspec").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / course.MANIFEST).write_text(json.dumps({"chapters": ["kernel"]}))
+    message = refused(course.main, ["grade", str(tmp_path)], capsys)
+    assert message == 'error: nothing could be graded here: kernel: its tests need triton, which is not installed: ' \
+        'pip install -e ".[triton]"\n', message
+
+
 def test_a_graded_test_that_did_not_run_is_said(tmp_path, monkeypatch):
     monkeypatch.setitem(course.CHAPTERS, "ghost", course.Chapter("0", (), ("tests/test_course.py::test_no_such_test",)))
     shown = []

@@ -1377,3 +1377,40 @@ def test_chapter_8s_eagle_tree_is_the_shipped_weights_tree(capsys):
             assert abs(float(value.search(book).group(1)) - float(value.search(now).group(1))) <= 0.0015, (book, now)
         else:
             assert book == now
+
+
+def test_the_readmes_map_of_files_gives_the_walkthroughs_chapter_numbers():
+    """README's "What is inside" gives each room's chapters, and each method file's: they are the
+    walkthrough's. The table said Medusa 7, EAGLE 8 and the draft-free methods 9, a chapter before
+    the book (Exact rules became chapter 7). A file's chapter is the one, after the map of chapter
+    0, that names the file most; where the course grades a function of the file, its chapter too."""
+    from tinyspec.course.assignments import CHAPTERS
+    book = (ROOT / "walkthrough.md").read_text()
+    parts = re.split(r"^## (\d+) ", book, flags=re.M)
+    chapters = {int(number): text for number, text in zip(parts[1::2], parts[2::2])}
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## What is inside", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "`tinyspec/" in line]
+    said = 0
+    for row in rows:
+        numbers = {int(n) for a, b in re.findall(r"(\d+)(?:-(\d+))?", row[-1]) for n in range(int(a), int(b or a) + 1)}
+        assert numbers <= set(chapters) or not numbers, row[-1]
+        for files, number in re.findall(r"((?:`tinyspec/[\w/]+\.py`(?:, )?)+) (\d+)", row[1]):
+            for file in re.findall(r"`tinyspec/([\w/]+\.py)`", files):
+                named = {n: text.count(file) for n, text in chapters.items() if n > 0}
+                graded = {int(c.walkthrough.split()[0]) for c in CHAPTERS.values()
+                          if any(f.startswith(file + ":") for f in c.functions)}
+                assert max(named, key=named.get) == int(number) and graded <= {int(number)} and \
+                    int(number) in numbers, f"README gives {file} chapter {number}; the walkthrough names it " \
+                    f"most in chapter {max(named, key=named.get)}, the course grades it in {graded or 'none'}"
+                said += 1
+    assert said >= 7  # every method's file
+
+
+def test_evaluates_help_says_what_its_save_holds():
+    """evaluate --help showed the benchmark's --save ("before the table prints", "the rows that
+    finished"): evaluate prints no table, and its report is losses, loops and taus."""
+    from tinyspec.bench import evaluate
+    text = " ".join(evaluate.build_parser().format_help().split())
+    assert "--save FILE write the JSON report (validation loss, loops, each method's tau per category) to FILE " \
+        "before it prints; after a Ctrl-C it holds what had finished" in text and "table" not in text, text

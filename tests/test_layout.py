@@ -14,8 +14,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 
-CORE = ["__init__", "files", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding", "recorded",
-        "results", "trace"]
+CORE = ["__init__", "files", "progress", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding",
+        "recorded", "results", "trace"]
 ROOMS = {
     "methods": ["base", "ngrams", "draft", "medusa", "eagle", "lookup", "lookahead"],
     "kernels": ["tree_attention", "fastpath"],

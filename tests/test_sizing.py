@@ -202,7 +202,7 @@ def test_no_prediction_for_a_size_sizing_never_timed():
     assert s.predicted_s({("0", 1): 5}, 1, 0.5) == 0.5 + 4 * 1.0
 
 
-# issue 54, item 6: a sizing measured while the machine was busy steered every later run
+# A sizing measured while the machine was busy steered every later run
 
 
 def planted(path, plain=1.0, steps=1.0, **fields):

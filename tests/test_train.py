@@ -316,7 +316,7 @@ def test_third_party_prompts_come_in_turn_from_packages_no_corpus_holds(tmp_path
     assert {r["licence"] for r in rows} == {"MIT", "BSD-3-Clause"}
 
 
-# ---- issue 54: Ctrl-C, and a run that diverges ----------------------------------------------------
+# ---- Ctrl-C, and a run that diverges ----------------------------------------------------
 
 @pytest.mark.parametrize("at", [0, 3])
 def test_ctrl_c_before_the_first_checkpoint_keeps_the_steps_taken_and_resume_goes_on_exactly(corpus_dir, tmp_path, at):

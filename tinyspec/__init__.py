@@ -2,9 +2,9 @@
 
 Rooms that show the house, read in the order of walkthrough.md's chapters; imports point down:
 
-- the engine, at the top of this folder: files (atomic writes), tokenizer, model, kvcache,
-  sampling, tree and verify (token trees and the acceptance rules), decoding (plain decoding
-  and THE step loop every method runs, for any number of rows);
+- the engine, at the top of this folder: files (atomic writes), progress (on stderr, as lines in
+  a log), tokenizer, model, kvcache, sampling, tree and verify (token trees and the acceptance
+  rules), decoding (plain decoding and THE step loop every method runs, for any number of rows);
 - kernels/: the Triton tree-attention kernel and the fixed-shape forward (CUDA graphs);
 - methods/: one proposer per paper (draft, medusa, eagle, lookup, lookahead, ...);
 - speed/: timing, the size policy, the step ledger, sizing on the device, --size auto;

@@ -159,7 +159,7 @@ def unwritable(path: str | Path, directory: bool = False) -> str | None:
     if folder.is_symlink() and not folder.exists():  # a dangling link on the way: no folder is made through it
         return f"{folder} is a link to {os.readlink(folder)}, which does not exist"
     if not folder.is_dir():
-        return f"{folder} is a file, not a folder"
+        return f"{folder} is {kind(folder) or 'a file'}, not a folder"
     probe = folder / f".tinyspec-probe.{os.getpid()}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

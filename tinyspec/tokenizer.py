@@ -28,9 +28,9 @@ from pathlib import Path
 
 import regex
 import tiktoken
-from tqdm import tqdm
 
 from .files import atomic_write_text
+from .progress import progress_bar
 
 # Pre-tokenization pattern, tuned for Python source: contractions; identifiers (letters, digits
 # and `_`, with one optional leading space); numbers in groups of up to three digits (same); runs of
@@ -99,7 +99,7 @@ def train_bpe(chunk_counts: Counter, vocab_size: int, progress: bool = False) ->
     heapq.heapify(heap)
     fresh.update(pair_count)
 
-    bar = tqdm(total=vocab_size - len(vocab), desc="bpe merges", disable=not progress)
+    bar = progress_bar(total=vocab_size - len(vocab), desc="bpe merges", disable=not progress)
     while len(vocab) < vocab_size and heap:
         _, _, pair, ver = heapq.heappop(heap)
         if ver != version[pair]:  # stale entry: re-push with the true key, once

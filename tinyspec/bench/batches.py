@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from tqdm import tqdm
 
 from ..sampling import Sampling
+from ..progress import progress_bar
 from .benchmark import parse_batch_sizes, prepare, report_of
 from ..commands.cli import die
 from .specs import label
@@ -38,7 +38,8 @@ def measure_batches(args, argv: list[str]) -> dict:
     try:
         for spec in specs:  # warm-up (a policy of medusa:auto measures its forward costs here, once)
             runner.run_batches(spec, prompts[:2], Sampling(temperatures[0]), 2)
-        bar = tqdm(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches", disable=args.json)
+        bar = progress_bar(total=len(specs) * len(temperatures) * len(sizes) * args.repeats, desc="batches",
+                           disable=args.json)
         for temperature in temperatures:
             passes = {(spec, size): [] for spec in specs for size in sizes}
             for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every method alike

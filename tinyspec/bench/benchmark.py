@@ -26,12 +26,12 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from ..decoding import PLAIN
 
 from ..results import run, run_batch, size_order
 from ..recorded import Recorded, part_of, refusal
+from ..progress import progress_bar
 from ..methods import METHODS, Decoder, check_rule
 from ..sampling import Sampling
 from ..speed.auto import policy_for
@@ -382,7 +382,7 @@ def measure_rows(args, runner, specs, temperatures, prompts, out: list) -> None:
     for spec in specs:  # warm-up: one prompt through every method (allocations, caches, clocks)
         runner.run(spec, prompts[categories[0]][:1], Sampling(temperatures[0]))
     total = len(specs) * len(temperatures) * len(categories) * args.repeats
-    with tqdm(total=total, desc="benchmark", disable=args.json) as bar:
+    with progress_bar(total=total, desc="benchmark", disable=args.json) as bar:
         for temperature in temperatures:
             sampling = Sampling(temperature)
             for category in categories:

@@ -42,7 +42,7 @@ def main(argv=None) -> None:
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
     # checked before the work: a finished benchmark must never be lost to a bad path
-    save = check_output(args.save, "--save") if args.save else None
+    save = check_output(args.save, "--save") if args.save is not None else None  # '' is refused there
     if args.plot:
         check_output(args.plot, "--plot", directory=True)
     report = measure_batches(args, argv) if args.batch_sizes else measure(args, argv)

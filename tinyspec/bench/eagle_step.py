@@ -7,7 +7,7 @@ from functools import partial
 
 import torch
 
-from ..commands.cli import load_model
+from ..commands.cli import load_encoding, load_model, load_weights
 from ..kvcache import KVCache
 from ..speed.timing import forward_call, interleaved_medians
 from ..tree import chain
@@ -19,14 +19,13 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
     from ..decoding import Proposal, Row, verify
-    from ..methods.eagle import EagleHead, HeadDrafter, grow_tree
+    from ..methods.eagle import HeadDrafter, grow_tree
     from ..sampling import Sampling
-    from ..tokenizer import load_tokenizer
     from ..tree import Tree
     from ..verify import greedy
-    enc, cpu = load_tokenizer(tokenizer_path), torch.device("cpu")
+    enc, cpu = load_encoding(tokenizer_path), torch.device("cpu")
     target = load_model(model_path, cpu, torch.float32)
-    head = EagleHead.load(head_path, cpu, torch.float32)
+    head = load_weights("eagle", head_path, target, enc, cpu, torch.float32)  # a bad file: one line
     x = torch.tensor(enc.encode_ordinary(prompt))
     cache = KVCache.for_model(target, 256)
     drafter = HeadDrafter(head, target.transformer.wte, target.lm_head, head.new_cache(256))
@@ -70,10 +69,10 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
 def eagle_costs(model_path, head_path, context: int = 128, rounds: int = 60) -> None:
     """Print the cost of each piece of an EAGLE step in plain decoding steps (a one-token target
     forward after `context` cached tokens): medians, every piece timed in turn (`speed/timing.py`)."""
-    from ..methods.eagle import EagleHead, HeadDrafter
+    from ..methods.eagle import HeadDrafter
     cpu, L = torch.device("cpu"), context
     t = load_model(model_path, cpu, torch.float32)
-    h = EagleHead.load(head_path, cpu, torch.float32)
+    h = load_weights("eagle", head_path, t, None, cpu, torch.float32)  # a bad file: one line
     z = lambda n: torch.zeros(n, dtype=torch.long)
     calls = {"plain": forward_call(t, 1, 1, L)}
     calls |= {f"target forward over the root and {n} nodes": forward_call(t, 1, n + 1, L, chain(n)) for n in (8, 16, 32)}

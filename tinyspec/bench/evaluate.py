@@ -59,6 +59,9 @@ def build_parser():
             action.help = argparse.SUPPRESS
         elif action.dest in ("methods", "max_new_tokens", "prompts_per_category"):  # this command's own defaults
             action.help = re.sub(r"\(default: [^)]*\)$", f"(default: {ap.get_default(action.dest)})", action.help)
+        elif action.dest == "save":  # what this command writes, not the benchmark's rows and table
+            action.help = ("write the JSON report (validation loss, loops, each method's tau per category) to FILE "
+                           "before it prints; after a Ctrl-C it holds what had finished, marked \"interrupted\"")
     ap.add_argument("--data-dir", default=str(data.data_home()), help="where the corpus's token files are kept "
                     "(python -m tinyspec data; made here when missing)")
     ap.add_argument("--stdlib-only", action="store_true", help="validation loss on the standard library alone "
@@ -69,7 +72,7 @@ def build_parser():
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    if args.save:
+    if args.save is not None:  # '' is refused there
         check_output(args.save, "--save")
     check_output(args.data_dir, "--data-dir", directory=True)
     runner, specs, _, prompts = prepare(args)

@@ -236,6 +236,8 @@ def main(argv=None) -> None:
         except ImportError:
             die("these figures need matplotlib: pip install -e '.[plot]'")
     out = check_output(args.out, "--out", directory=True)
+    if args.threads is not None:  # a count refused before any folder is made
+        set_threads(args.threads, torch.device("cpu"))
     rows = bench_rows(args.report) if "bench" in args.figures else None  # a bad report is refused before any work
     costs = forward_costs(args.forward_cost) if "cost-curve" in args.figures and "cost" not in args.figures else None
     if {"tree-mask", "tree-step"} & set(args.figures) and not check_input(args.heads, "--heads").is_file():

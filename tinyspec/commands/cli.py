@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..files import WEIGHTS, destination, kind, shown, unwritable  # noqa: F401 (shown: for the commands)
+from ..files import SIZING, WEIGHTS, destination, home, kind, shown, unwritable  # noqa: F401 (shown: for the commands)
 from ..methods import METHODS, build, exact_rules
 from ..methods.base import Method
 from ..model import GPT
+from ..progress import Progress  # noqa: F401 (for the commands)
 from ..tokenizer import load_tokenizer
 from ..verify import RULES
 
@@ -45,7 +46,10 @@ def warn(message: str) -> None:
 
 def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
     """An output path, checked before any work starts (files.unwritable): one line, exit 2.
-    Returns where the output will really go (through a symlink, its target), for messages to name."""
+    Returns where the output will really go (through a symlink, its target), for messages to name.
+    An empty path (`--save ''`, a shell variable that was not set) is refused, not taken for none."""
+    if not os.fspath(path):
+        die(f"{flag} is empty: give a {'folder' if directory else 'file'} name")
     problem = unwritable(path, directory)
     if problem:
         die(f"{flag} {path}: {problem}; choose another path")
@@ -55,11 +59,39 @@ def check_output(path: str | Path, flag: str, directory: bool = False) -> Path:
 def check_input(path: str | Path, flag: str, folder: bool = False) -> Path:
     """An input path that exists but is not a file to read is refused in one line: a FIFO (reading
     it would wait for a writer forever), a device, a socket, or a folder unless `folder` says one
-    will do. A missing path passes: each reader says what is missing and how to make it."""
-    what = kind(Path(path))
+    will do. A file is tried here, as `unwritable` tries an output, by opening it and reading a byte:
+    a name too long for the file system, a link loop or a file that fails to read (EIO: /proc/self/mem)
+    is one line now rather than a traceback from whichever reader meets it first. A missing path
+    passes: each reader says what is missing and how to make it."""
+    path = Path(path)
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return path
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES (not for root), ...
+        die(f"{flag} {path}: {e.strerror}: give another path")
+    what = kind(path)
     if what and not (folder and what == "a folder"):
         die(f"{flag} {path} is {what}, not a file: give the path of a file")
-    return Path(path)
+    if what is None:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            die(f"{flag} {path} cannot be read ({e.strerror}): give a file that can")
+    return path
+
+
+def check_home(why: str) -> None:
+    """tinyspec's own folder (`files.home`), tried before work that keeps what it finds there (sizing's
+    measurements, minutes of them): a TINYSPEC_HOME that is a file, a device, a FIFO, a dangling link
+    or on a read-only mount is one line now, not a traceback after the work."""
+    problem = unwritable(SIZING, directory=True)
+    if problem:
+        where = f"TINYSPEC_HOME={os.environ['TINYSPEC_HOME']}" if os.environ.get("TINYSPEC_HOME") else \
+            f"tinyspec's folder {home()}"
+        die(f"{why} keeps its measurements in {where}, where nothing can be written ({problem}): set TINYSPEC_HOME "
+            "to a folder that can be written")
 
 
 def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Path:
@@ -73,6 +105,15 @@ def check_destination(path: str | Path, force: bool, flag: str = "--out") -> Pat
 
 class StdoutError(Exception):
     """Standard output cannot be written (a full disk, `> /dev/full`): not the command's fault."""
+
+    status = 1
+
+
+class StdoutEncodingError(StdoutError):
+    """Standard output's encoding has no character for the text (PYTHONIOENCODING=ascii and a prompt
+    with an accent): the user's setting, so status 2, with the setting that fixes it."""
+
+    status = 2
 
 
 class Stdout:
@@ -98,14 +139,21 @@ class Stdout:
             raise
         except OSError as e:
             raise StdoutError(e.strerror or str(e)) from None
+        except UnicodeEncodeError as e:
+            raise StdoutEncodingError(f"its encoding, {e.encoding}, has no {e.object[e.start:e.end]!r}: set "
+                                      "PYTHONIOENCODING=utf-8") from None
 
 
 def run_main(main) -> None:
     """A command's entry point (`if __name__ == "__main__": run_main(main)`): Ctrl-C ends it with
     status 130, a closed pipe (`... | head -1`) ends it quietly with status 0, and a stdout that
     cannot be written (`> /dev/full`) with one line and status 1; never a traceback. Commands save
-    their files before they print, so neither a closed pipe nor a full stdout loses one."""
+    their files before they print, so neither a closed pipe nor a full stdout loses one. A closed
+    stdout (`>&-`: Python's sys.stdout is None) or one whose encoding cannot hold the text
+    (PYTHONIOENCODING=ascii) is the user's setting: one line naming the fix, status 2."""
     stdout = sys.stdout
+    if stdout is None:
+        die("standard output is closed (>&-): send it to a file, or to /dev/null to discard it")
     try:
         # Python's own Ctrl-C again (a KeyboardInterrupt that decoding catches to return what it has),
         # in place of the one that covered the imports (tinyspec/__init__.py)
@@ -123,7 +171,7 @@ def run_main(main) -> None:
         if isinstance(e, BrokenPipeError):  # the reader is gone: nothing to say
             raise SystemExit(0)
         print(f"error: cannot write to standard output: {e}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(getattr(e, "status", 1))
     finally:
         sys.stdout = stdout
 
@@ -170,39 +218,19 @@ def set_threads(n: int | None, device: torch.device, default: int | None = 1) ->
     these small models is a few small matmuls, which a second thread barely speeds up when the
     machine is idle, and slows down several times over when anything else wants a core (the
     threads then wait for each other). Training passes default=None: torch's own (every core),
-    since a training step's matmuls are large enough to share. Returns the count in use."""
+    since a training step's matmuls are large enough to share. Returns the count in use.
+    More threads than CPUs is refused, for every command alike: each of torch's parallel loops waits
+    for every thread to get a core, so at 1000 threads a forward costs tens of times a one-thread one.
+    `generate` makes a handful of forwards and finishes; `bench` makes hundreds (a warm-up, ar and each
+    method, repeats, the Hugging Face peer) and seemed to hang. (torch cannot even hold 10**20.)"""
     if n is not None and n < 1:
         die(f"--threads must be at least 1, got {n}")
     if n is not None and n > cpus():
-        warn(f"--threads {n} is more than the {cpus()} CPUs this process may use: the threads will wait for each "
-             f"other, which is slower, not faster (try --threads {cpus()} or fewer)")
+        die(f"--threads {n} is more than the {cpus()} CPUs this process may use, where threads only wait for each "
+            f"other: use --threads {cpus()} or fewer")
     if n is not None or (device.type == "cpu" and default is not None):
         torch.set_num_threads(n or default)
     return torch.get_num_threads()
-
-
-class Progress:
-    """A status line on stderr for work that takes a while (sizing): on a terminal one line,
-    rewritten in place as the work goes on; in a file or a pipe each message once, on a line of
-    its own, so that a log reads as lines and not as one line of carriage returns."""
-
-    def __init__(self, quiet: bool = False, stream=None):
-        self.quiet, self.stream, self.last = quiet, stream or sys.stderr, None
-
-    def __call__(self, text: str) -> None:
-        if self.quiet or text == self.last:
-            return
-        self.last = text
-        self.stream.write(f"\r\033[K{text}" if self.stream.isatty() else f"{text}\n")
-        self.stream.flush()
-
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.last is not None and self.stream.isatty():  # the line goes: what was found is printed next
-            self.stream.write("\r\033[K")
-            self.stream.flush()
 
 
 def use_colour(choice: str, stream) -> bool:
@@ -318,6 +346,23 @@ def load_draft_vocab(size: int, vocab_size: int, path: str | Path = DEFAULT_TOKE
     if len(ranks) != vocab_size:
         die(f"{path} ranks {len(ranks)} tokens, the model has {vocab_size}: make them for this tokenizer")
     return torch.tensor(sorted(ranks[:size]))
+
+
+def most_prompt_bytes(enc, n_ctx: int) -> int:
+    """The most UTF-8 bytes a prompt that fits a context of n_ctx tokens can have: a token covers
+    at most the longest token's bytes, so a prompt of more than (n_ctx - 1) times that is at least
+    n_ctx tokens, and is refused without tokenizing it (`check_prompt_bytes`)."""
+    return (n_ctx - 1) * max(map(len, enc.token_byte_values()))
+
+
+def check_prompt_bytes(prompts: list[str], most: int, n_ctx: int) -> None:
+    """Before tokenizing: a prompt longer in bytes than any that fits (`most_prompt_bytes`) is refused
+    as `check_prompts` would refuse its tokens, without tiktoken's work on all of it (a gigabyte of
+    NUL bytes aborts inside it)."""
+    for i, prompt in enumerate(prompts):
+        if len(prompt) > most or len(prompt.encode("utf-8", "surrogatepass")) > most:
+            die(f"prompt {i + 1} is over {most} bytes, more tokens than the model's context of {n_ctx}: shorten "
+                "the prompt")
 
 
 def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:
@@ -445,6 +490,8 @@ def load_method(method: str, args, target: GPT, enc, device, dtype) -> Method:
 def parse_size(proposer: Method, size: str | None, n_ctx: int, flag: str = "--size") -> str | None:
     """--size as the method spells it ('auto' passes), checked by the method, and against a context
     of n_ctx tokens (a step of it must fit after a prompt): one line naming `flag` if not."""
+    if size == "auto":
+        check_home("--size auto")
     if size is None or size == "auto":
         return size
     if not proposer.sizes:

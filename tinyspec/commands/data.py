@@ -3,8 +3,8 @@
 
     python -m tinyspec data                  # download, tokenize, print the data card
     python -m tinyspec data --stdlib-only    # the standard library alone (nothing downloaded)
-    python -m tinyspec data prompts          # regenerate tinyspec/prompts.jsonl
-    python -m tinyspec data third-party-prompts   # prompts of code no model has read
+    python -m tinyspec data prompts --force  # regenerate tinyspec/prompts.jsonl (a shipped file)
+    python -m tinyspec data third-party-prompts --force   # prompts of code no model has read
     python -m tinyspec data datastore --stdlib-only   # --method rest's datastore, a million tokens
 """
 
@@ -38,7 +38,9 @@ def build_parser() -> ArgumentParser:
                     "training modules, drawn at random with a fixed seed")
     ap.add_argument("--out", help="datastore: where to write it (default: datastore.safetensors in tinyspec's "
                     "folder, $TINYSPEC_HOME; weights/datastore.safetensors is the shipped one: --force to replace it)")
-    ap.add_argument("--force", action="store_true", help="datastore: replace a shipped file")
+    ap.add_argument("--force", action="store_true", help="replace a shipped file: the benchmark prompts "
+                    "(prompts, third-party-prompts rewrite tinyspec/prompts*.jsonl, which a clone tracks), or "
+                    "weights/datastore.safetensors")
     return ap
 
 
@@ -46,6 +48,10 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.what != "prompts":  # the wheels and token files go there: tried before any download
         check_output(args.data_dir, "--data-dir", directory=True)
+    if args.what in ("prompts", "third-party-prompts") and not args.force:  # a clone's tracked file, in place
+        shipped = corpus.PROMPTS if args.what == "prompts" else corpus.THIRD_PARTY_PROMPTS
+        die(f"data {args.what} rewrites {shown(shipped)}, the benchmark prompts tinyspec ships: pass --force to "
+            "replace it")
     if args.what == "third-party-prompts":
         counts = corpus.write_third_party_prompts(corpus.THIRD_PARTY_PROMPTS, Path(args.data_dir) / "wheels")
         print(f"{counts} prompts from {', '.join(corpus.HELD_OUT_PACKAGES)} -> {corpus.THIRD_PARTY_PROMPTS}")
@@ -58,7 +64,7 @@ def main(argv=None) -> None:
     if args.what == "datastore":
         if args.tokens < 1000:
             die(f"--tokens must be at least 1000, got {args.tokens}")
-        destination = check_destination(args.out or home() / "datastore.safetensors", args.force)
+        destination = check_destination(home() / "datastore.safetensors" if args.out is None else args.out, args.force)
     out = corpus.prepare(enc, Path(args.tokenizer), Path(args.data_dir), packages=not args.stdlib_only)
     if args.what == "datastore":
         store = corpus.make_datastore(out, args.tokens, enc.eot_token)
@@ -66,7 +72,7 @@ def main(argv=None) -> None:
         store.save(destination, with_order=store.card["tokens"] > 2_000_000)  # a small one sorts again at load
         card, carded = destination.with_suffix(".md"), False
         command = f"python -m tinyspec data datastore --tokens {args.tokens}" + " --stdlib-only" * args.stdlib_only + \
-            (f" --out {shown(destination)}" if args.out else "")
+            (f" --out {shown(destination)}" if args.out is not None else "")
         try:
             atomic_write_text(card, corpus.datastore_card(store, destination, command))
             carded = True

@@ -28,12 +28,12 @@ import shlex
 import sys
 
 import torch
-from tqdm import tqdm
 
 from ..decoding import ACCEPTED, BONUS, CORRECTION, NO_OBSERVER, Step
 
 from ..results import run, run_batch
 from ..recorded import Recorded
+from ..progress import progress_bar
 from ..methods import METHODS, Decoder, check_rule
 from ..methods.base import default_rule
 from ..sampling import Sampling
@@ -43,9 +43,9 @@ from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from ..trace import Trace
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_method_flags, check_input, check_method_flags, check_output, check_prompts, check_tokenizer, die,
-                  examples, load_encoding, load_method, load_model, parse_size, pick_device, pick_dtype, run_main, seed,
-                  set_threads, use_attention, use_colour, warn_lossy)
+                  add_method_flags, check_input, check_method_flags, check_output, check_prompt_bytes, check_prompts,
+                  check_tokenizer, die, examples, load_encoding, load_method, load_model, most_prompt_bytes, parse_size,
+                  pick_device, pick_dtype, run_main, seed, set_threads, use_attention, use_colour, warn_lossy)
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
@@ -63,17 +63,29 @@ BATCH_HELP = ("decode the prompts B at a time: the B rows share every forward, e
 
 # ---- command line ---------------------------------------------------------------------------
 
-def read_prompts(args) -> list[str]:
-    """--prompt, or --prompt-file: JSONL with a "prompt" field, or one prompt per line."""
+def read_prompts(args, most: int) -> list[str]:
+    """--prompt, or --prompt-file: JSONL with a "prompt" field, or one prompt per line. A prompt of
+    more than `most` UTF-8 bytes is longer than the model's context (`cli.most_prompt_bytes`), so the
+    file is read a line at a time and a line far longer than that is refused unread: a gigabyte of
+    NUL bytes is one line, not a gigabyte in memory and an abort inside the tokenizer."""
     if args.prompt is not None:
         return [args.prompt]
     path = check_input(args.prompt_file, "--prompt-file")
     if not path.is_file():
         die(f"--prompt-file {path}: no such file")
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError as e:
-        die(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8")
+    longest = 6 * most + 4096  # a JSON line: a byte of the prompt may be escaped as \u0000, and other fields
+    lines, offset = [], 0
+    with open(path, "rb") as f:
+        for i, line in enumerate(iter(lambda: f.readline(longest + 1), b""), 1):
+            if len(line) > longest:
+                die(f"--prompt-file {path}, line {i}: over {longest} bytes, longer than any prompt the model's "
+                    f"context holds: shorten it")
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                die(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {offset + e.start}): save it as UTF-8")
+            offset += len(line)
+            lines += [part for part in text.splitlines() if part.strip()]
     if not lines:
         die(f"--prompt-file {path} holds no prompts")
     if not lines[0].lstrip().startswith("{"):
@@ -219,9 +231,8 @@ def generate(args) -> None:
         die("--cuda-graph needs a CUDA device (--device cuda), batch size 1 and a fixed --size")
     if args.attn == "triton" and args.batch_size > 1:
         die("--attn triton takes one mask for all rows; a batch, whose rows have their own lengths, needs --attn torch")
-    prompts = read_prompts(args)
-    if args.trace is not None and len(prompts) > 1:
-        die(f"--trace draws one prompt's run; {args.prompt_file} holds {len(prompts)}: give one with --prompt")
+    if args.prompt_file:  # a path that cannot be read is said before the models load; it is read below
+        check_input(args.prompt_file, "--prompt-file")
     enc = load_encoding(args.tokenizer)
     model = load_model(args.model, device, dtype)
     check_tokenizer(model, enc)
@@ -229,10 +240,15 @@ def generate(args) -> None:
     proposer = load_method(args.method, args, model, enc, device, dtype)
     n_ctx = min(model.config.n_ctx, proposer.n_ctx or model.config.n_ctx)
     size = parse_size(proposer, args.size, n_ctx)
+    most = most_prompt_bytes(enc, n_ctx)
+    prompts = read_prompts(args, most)
+    check_prompt_bytes(prompts, most, n_ctx)
+    if args.trace is not None and len(prompts) > 1:
+        die(f"--trace draws one prompt's run; {args.prompt_file} holds {len(prompts)}: give one with --prompt")
     if args.prompt_file:
         print(f"{len(prompts)} prompt{'s' * (len(prompts) > 1)} from {args.prompt_file}", file=sys.stderr)
-    encoded = [enc.encode_ordinary(p) for p in tqdm(prompts, desc="encoding", unit="prompt", file=sys.stderr,
-                                                    disable=len(prompts) < 1000)]
+    encoded = [enc.encode_ordinary(p) for p in progress_bar(prompts, desc="encoding", unit="prompt",
+                                                            disable=len(prompts) < 1000)]
     check_prompts(encoded, n_ctx)
     policy, sizing = None, None
     if size == "auto":  # measure (or read) what pays on this device, then choose per step

@@ -23,11 +23,11 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from ..files import read_tensors
 from ..methods.eagle import EagleHead
 from ..methods.medusa import MedusaHeads
+from ..progress import progress_bar
 from ..methods.parallel import ParallelHead
 from ..model import GPT, PRESETS
 from ..tokenizer import count_chunks, save_ranks, train_bpe
@@ -66,7 +66,7 @@ def train_tokenizer(args) -> None:
     texts = corpus.corpus("train", args.text)
     print(f"counting chunks in {len(texts)} documents ({sum(map(len, texts)) / 1e6:.1f}M characters)")
     counts = None
-    for t in tqdm(texts, desc="pre-tokenizing"):
+    for t in progress_bar(texts, desc="pre-tokenizing"):
         counts = count_chunks(t, counts=counts)
     t0 = time.time()
     ranks = train_bpe(counts, args.vocab_size - 1, progress=True)  # the last id is <|endoftext|>

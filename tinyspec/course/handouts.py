@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .assignments import CHAPTERS, Chapter, chapters_table  # noqa: F401 (for course.Chapter and the walkthrough)
-from ..commands.cli import ArgumentParser, HelpFormatter, check_output, die, examples, run_main
+from ..commands.cli import ArgumentParser, HelpFormatter, check_input, check_output, die, examples, run_main
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: tinyspec/commands/ is two below it
 HANDOUT_FILES = ["README.md", "pyproject.toml", "walkthrough.md", "tinyspec", "tests", "weights"]
@@ -257,7 +257,7 @@ def main(argv=None) -> None:
         return
     named = args.verb == "grade" and args.chapters is not None  # chapters grade was asked for by name
     if args.verb == "grade":
-        directory = Path(args.directory)
+        directory = check_input(args.directory, "course grade", folder=True)  # a name too long, say: one line
         if not (directory / "tinyspec").is_dir() or not (directory / "tests").is_dir():
             die(f"{directory} does not look like a tinyspec handout (no tinyspec/ and tests/ inside)")
         if args.chapters is None:
@@ -274,6 +274,9 @@ def main(argv=None) -> None:
             print(f"{file}: {n} function(s) to write")
         print(f"handout in {args.out_dir}; see GRADING.md there")
         return
+    if not named and all(ungradable(c) for c in chapters):  # "total 0/0" and status 0 would read as a pass
+        die(f"nothing could be graded here: {', '.join(chapters)}: "
+            f"{'; '.join(dict.fromkeys(ungradable(c) for c in chapters))}")
     for c in chapters:  # a chapter asked for by name is refused; one of the handout's is left out, and said
         why = ungradable(c)
         if why and named:

@@ -22,7 +22,7 @@ Token ids are written once to a flat uint16 file per split (documents separated 
 `<|endoftext|>`), which training reads back as a memory map: random windows cost no parsing. A
 data card (`CORPUS.md` beside them) gives every source's version, licence, modules and tokens.
 
-`python -m tinyspec data prompts` regenerates the benchmark prompts (`tinyspec/prompts.jsonl`)
+`python -m tinyspec data prompts --force` regenerates the benchmark prompts (`tinyspec/prompts.jsonl`)
 from the held-out modules; the committed file keeps benchmarks identical across Python versions.
 """
 

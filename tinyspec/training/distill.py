@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from ..kvcache import KVCache
 from ..methods.medusa import MedusaHeads
 from ..methods.parallel import ParallelHead
+from ..progress import progress_bar
 from ..model import GPT, causal_mask
 from ..sampling import probs, sample
 from .corpus import TokenFile
@@ -54,7 +54,8 @@ def self_distill(model: GPT, tokens: TokenFile, n_sequences: int, prompt_len: in
     g = torch.Generator().manual_seed(seed)
     g_dev = torch.Generator(device=device).manual_seed(seed)
     rows = []
-    for start in tqdm(range(0, n_sequences, batch), desc=f"self-distilling (T={temperature})", disable=not progress):
+    for start in progress_bar(range(0, n_sequences, batch), desc=f"self-distilling (T={temperature})",
+                              disable=not progress):
         b = min(batch, n_sequences - start)
         x = tokens.batch(b, prompt_len, g)[0].to(device)  # (b, P)
         cache = KVCache.for_model(model, prompt_len + gen_len, batch=b)
@@ -106,7 +107,7 @@ def train_heads(model: GPT, heads: MedusaHeads, sequences: np.ndarray, prompt_le
     first = prompt_len - 1  # train where the context is the target's own text
     span = T - first if window is None else min(window + K, T - first)
     tail = []
-    bar = tqdm(range(steps), desc="training heads", disable=not progress)
+    bar = progress_bar(range(steps), desc="training heads", disable=not progress)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, max(1, steps // 20))
@@ -224,8 +225,8 @@ def train_eagle(model: GPT, head, sequences: np.ndarray, features: torch.Tensor,
     g = torch.Generator().manual_seed(seed)  # rows and noise: its state is the data sampler's
     step, curve = resume(opt, g) if resume else (0, [])
     tokens = torch.from_numpy(sequences.astype(np.int64))
-    bar = tqdm(range(step, steps), desc=f"training the {type(head).__name__}", disable=not progress, initial=step,
-               total=steps)
+    bar = progress_bar(range(step, steps), desc=f"training the {type(head).__name__}", disable=not progress,
+                       initial=step, total=steps)
     sums = []
     for step in bar:
         for group in opt.param_groups:

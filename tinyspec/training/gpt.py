@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from ..files import atomic_write_text, shown
 from ..model import GPT
+from ..progress import progress_bar
 from .checkpoint import Budget, latest_checkpoint, load_checkpoint, save_checkpoint, saved_state, uninterrupted
 from .corpus import TokenFile
 from .optim import Diverged, check_finite, check_weights, lr_at, make_optimizer
@@ -131,7 +131,7 @@ def train_gpt(model: GPT, corpus: Path, run_dir: Path, out: Path, settings: Sett
         checkpoint(losses)
 
     t_start = time.time()
-    bar = tqdm(total=settings.steps, initial=step, desc="training", dynamic_ncols=True)
+    bar = progress_bar(total=settings.steps, initial=step, desc="training", dynamic_ncols=True)
     model.train()
     out_of_time, loss, sampler = False, torch.tensor(float("nan")), None
     try:
