@@ -8,7 +8,8 @@ every node's so far; tokens (e,): theirs) and returns their logits (e, V), the d
 of each node's children. EAGLE's head reads each node on its parent's predicted feature and its own
 token, seeing its ancestors; the parallel drafter looks up the row of depth + 1 it drafted already.
 Here: `grow_tree` (EAGLE-2's, top-k), `grow_sampled_tree` (sampled children, for the lossless
-rule), `fill_static_tree` (a fixed shape, `--tree`), and `as_tree`, the grown parents as a `Tree`.
+rule), `fill_static_tree` (a fixed shape, `--tree`), `as_tree` (the grown parents as a `Tree`) and
+`expanded_at_most` (how many nodes a step hands to `expand`, the room they take in EAGLE's head cache).
 """
 
 from __future__ import annotations
