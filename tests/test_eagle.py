@@ -14,7 +14,8 @@ from tinyspec.training.distill import eagle_accuracy, eagle_loss, self_distill, 
 from tinyspec.kvcache import KVCache
 from tinyspec.methods import Decoder
 from tinyspec.methods import eagle as eagle_module
-from tinyspec.methods.eagle import Eagle, EagleHead, grow_sampled_tree, grow_tree
+from tinyspec.methods.eagle import Eagle, EagleHead
+from tinyspec.methods.growth import grow_sampled_tree, grow_tree
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree, from_choices, save_tree
 
@@ -295,7 +296,7 @@ def tiny_vocab():
 
 def three_token_counts(target, head, rule, n, patch=None, size=None, tree=None):
     """Counts of the first three generated tokens over seeds 0..n-1 (each from a tree step).
-    patch: (name, function) replacing a function of methods/eagle.py for the run (a planted bug)."""
+    patch: (name, function) replacing a tree growth methods/eagle.py calls, for the run (a planted bug)."""
     name, fn = patch or ("grow_tree", eagle_module.grow_tree)
     original = getattr(eagle_module, name)
     setattr(eagle_module, name, fn)

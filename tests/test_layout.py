@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tinyspec"
 CORE = ["__init__", "files", "progress", "tokenizer", "model", "kvcache", "sampling", "tree", "verify", "decoding",
         "recorded", "results", "trace"]
 ROOMS = {
-    "methods": ["base", "ngrams", "draft", "medusa", "eagle", "lookup", "lookahead"],
+    "methods": ["base", "ngrams", "growth", "draft", "medusa", "eagle", "lookup", "lookahead"],
     "kernels": ["tree_attention", "fastpath"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],

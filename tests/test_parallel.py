@@ -12,7 +12,8 @@ from tinyspec.commands import generate
 from tinyspec.training import distill
 from tinyspec.methods import Decoder
 from tinyspec.methods import parallel as parallel_module
-from tinyspec.methods.eagle import EagleHead, grow_tree
+from tinyspec.methods.eagle import EagleHead
+from tinyspec.methods.growth import grow_tree
 from tinyspec.methods.parallel import Parallel, ParallelHead
 from tinyspec.sampling import Sampling
 from tinyspec.tree import Tree

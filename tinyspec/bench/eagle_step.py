@@ -19,7 +19,8 @@ def eagle_tree(model_path, head_path, tokenizer_path, top_k: int = 2, depth: int
     """Print every node `grow_tree` makes in the first step after `prompt` (value = the product of
     the head's probabilities along its path; * = kept), then the step the target took."""
     from ..decoding import Proposal, Row, verify
-    from ..methods.eagle import HeadDrafter, grow_tree
+    from ..methods.eagle import HeadDrafter
+    from ..methods.growth import grow_tree
     from ..sampling import Sampling
     from ..tree import Tree
     from ..verify import greedy

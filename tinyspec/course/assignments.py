@@ -147,7 +147,7 @@ CHAPTERS = {
                     "(a ResBlock and the LM head on one feature) and what --size auto chose, by the cost model "
                     "(tau against F(1 + T))."),
     "eagle": Chapter(
-        "9 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_tree",),
+        "9 EAGLE: drafting features, growing the tree", ("methods/growth.py:grow_tree",),
         ("tests/test_eagle.py::test_grow_tree_on_the_docstring_example",
          "tests/test_eagle.py::test_grow_tree_matches_a_plain_reference",
          "tests/test_eagle.py::test_greedy_eagle_equals_plain_decoding",
@@ -158,7 +158,7 @@ CHAPTERS = {
                     "--temperatures 0 --json`. Tabulate tau and speedup; explain the cost of a step as F(1 + T) plus "
                     "depth head forwards, and why a deeper tree pays on a GPU but less on your CPU."),
     "sampled_tree": Chapter(
-        "9 EAGLE: drafting features, growing the tree", ("methods/eagle.py:grow_sampled_tree",),
+        "9 EAGLE: drafting features, growing the tree", ("methods/growth.py:grow_sampled_tree",),
         ("tests/test_eagle.py::test_sampled_tree_keeps_whole_groups_of_draws",
          "tests/test_eagle.py::test_sampled_eagle_has_the_target_distribution",
          "tests/test_eagle.py::test_caches_after_eagle_steps_equal_plain_decoding"),

@@ -19,7 +19,7 @@ guesses the token i places after s_{M+1} without knowing the tokens between: its
 it). What that buys is the step's cost: one head forward whatever k, k small residual blocks on
 one vector, and one LM-head product over k rows.
 
-The tree is EAGLE-2's (`eagle.grow_tree`, or `grow_sampled_tree` for the lossless rule), grown
+The tree is EAGLE-2's (`growth.grow_tree`, or `grow_sampled_tree` for the lossless rule), grown
 from these k distributions: every node at depth d has the same distribution of children, q at
 depth d + 1, so `expand` looks its rows up instead of running the head again. The rules judge a
 node against the q it was drawn from, whatever made that q, so every exact rule stays exact.
@@ -44,7 +44,8 @@ from ..model import GPTConfig
 from ..sampling import Sampling
 from ..tree import MAX_NODES, Tree
 from .base import STATIC_TREE, Weights
-from .eagle import Eagle, EagleHead, EaglePart, as_tree, fill_static_tree, grow_sampled_tree, grow_tree
+from .eagle import Eagle, EagleHead, EaglePart
+from .growth import as_tree, fill_static_tree, grow_sampled_tree, grow_tree
 from .medusa import MedusaHeads
 
 BLOCK = 5  # k, the deepest block a head is made with: EAGLE's depth and Medusa's 4 heads
