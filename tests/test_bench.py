@@ -442,7 +442,7 @@ def test_the_ledger_figure_stacks_each_methods_parts(tmp_path):
 def test_a_method_named_without_a_size_passes_the_size_checks():
     """`--methods draft,medusa@pointmass` runs each at its default size, `:auto` leaves it to sizing:
     neither is a size to check; a size given is checked by the method itself."""
-    from tinyspec.commands.cli import parse_size
+    from tinyspec.commands.method import parse_size
     from tinyspec.methods.draft import DraftModel
     from tinyspec.methods.lookup import PromptLookup
     target = random_gpt(vocab_size=64, n_ctx=96)

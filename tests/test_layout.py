@@ -3,8 +3,8 @@
 The engine sits at the top of tinyspec/ in the order of `CORE` (the walkthrough's chapters); then
 the rooms of `ROOMS`, each a folder, in order: the methods (each with its readable proposing and,
 beside it, its fixed-shape part for the recorded step, `recorded.py`), the kernels (chapter 11: the
-Triton kernel and the fixed-shape forward, which import no method), speed, training, the commands (the shared interface, cli.py,
-and the engine's commands), measurement (bench/), the course, and the entry points of `ENTRIES` on top
+Triton kernel and the fixed-shape forward, which import no method), speed, training, the commands (the shared interface, cli.py
+and method.py, and the engine's commands), measurement (bench/), the course, and the entry points of `ENTRIES` on top
 (`python -m tinyspec.generate`, `python -m tinyspec`). A file may use only files before it: in CORE
 or an earlier room, or earlier in its own room's order. A room's files not named in its order (a new
 method, say) come after the named ones and before the room's `__init__`, so a new method is one new
@@ -21,7 +21,7 @@ ROOMS = {
     "kernels": ["tree_attention", "fastpath"],
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
-    "commands": ["cli", "data", "train", "generate"],
+    "commands": ["cli", "method", "data", "train", "generate"],
     "bench": ["specs", "peer", "plots", "kernels", "benchmark", "batches", "report", "evaluate", "diagrams", "drawings",
               "tables", "eagle_step", "figures", "command"],
     "course": ["assignments", "handouts"],

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tinyspec.bench import benchmark
-from tinyspec.commands.cli import WEIGHTS, method_flags
+from tinyspec.commands.cli import WEIGHTS
+from tinyspec.commands.method import method_flags
 from tinyspec.sampling import Sampling
 
 ROOT = WEIGHTS.parent
@@ -33,7 +34,7 @@ def commands_of(report: dict) -> list[str]:
 
 def unshipped(report: dict, method: str | None = None) -> str | None:
     """Why a report (or its rows of `method`) cannot be made again from a fresh clone, or None. A
-    weights or datastore flag counts only for the methods that read it (`cli.method_flags`)."""
+    weights or datastore flag counts only for the methods that read it (`method.method_flags`)."""
     readers = method_flags()
     for command in commands_of(report):
         argv = shlex.split(command[command.index("python"):])

@@ -9,7 +9,7 @@ Rooms that show the house, read in the order of walkthrough.md's chapters; impor
 - methods/: one proposer per paper (draft, medusa, eagle, lookup, lookahead, ...);
 - speed/: timing, the size policy, the step ledger, sizing on the device, --size auto;
 - training/: the corpus, the optimiser, checkpoints, the heads' losses, training runs;
-- commands/: the interface every command shares (cli.py) and the engine's commands: generate
+- commands/: the interface every command shares (cli.py, method.py) and the engine's commands: generate
   (`python -m tinyspec.generate`), train, data;
 - bench/: measurement: the benchmark, the GPU report, kernel timings, evaluate, figures;
 - course/: assignments, handouts and grading (`python -m tinyspec course`).

@@ -3,4 +3,5 @@ names them (`specs.py`), the same weights in Hugging Face (`peer.py`), the bench
 method on the same held-out prompts (`benchmark.py`, the batch curve in `batches.py`), the kernel's
 timings (`kernels.py`), the GPU report (`report.py`), a target's loss and every method's tau without
 a clock (`evaluate.py`), the book's figures (`figures.py`, drawn by `plots.py`), and the `bench`
-command that dispatches to them (`command.py`). They read their flags with `commands/cli.py`."""
+command that dispatches to them (`command.py`). They read their flags with `commands/cli.py`
+and `commands/method.py`."""

@@ -39,8 +39,9 @@ from ..speed.ledger import Ledger
 from ..speed.sizing import candidates, device_name, report_rows, size, sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from ..commands.cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_weights_flags, check_tokenizer, die, examples, load_encoding, load_method, load_model,
-                  parse_size, pick_device, pick_dtype, seed, set_threads, use_attention, warn_lossy)
+                  check_tokenizer, die, examples, load_encoding, load_model, pick_device, pick_dtype, seed,
+                  set_threads, use_attention)
+from ..commands.method import add_weights_flags, load_method, parse_size, warn_lossy
 from .peer import compare_with_huggingface
 from .specs import label, parse_method, read_prompt_rows
 

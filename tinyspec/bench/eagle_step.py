@@ -7,7 +7,8 @@ from functools import partial
 
 import torch
 
-from ..commands.cli import load_encoding, load_model, load_weights
+from ..commands.cli import load_encoding, load_model
+from ..commands.method import load_weights
 from ..kvcache import KVCache
 from ..speed.timing import forward_call, interleaved_medians
 from ..tree import chain

@@ -17,8 +17,8 @@ from ..commands.cli import check_input, die
 def parse_method(spec: str) -> tuple[str, str, str | None]:
     """METHOD[:SIZE][@RULE] -> (name, size, rule): a method of `methods.METHODS`, its size as the
     method spells it ('' for its default size, 'auto' for sized on this device; the method checks
-    the spelling once it is loaded, `cli.parse_size`), and an acceptance rule of verify.py or None
-    (each temperature's default)."""
+    the spelling once it is loaded, `commands/method.py: parse_size`), and an acceptance rule of
+    verify.py or None (each temperature's default)."""
     head, _, rule = spec.partition("@")
     name, _, size = head.partition(":")
     if name not in METHODS or (size and not re.fullmatch(r"[\d,]+|auto", size)) or (size and not METHODS[name].sizes):

@@ -43,9 +43,10 @@ from ..speed.sizing import sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from ..trace import Trace
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  add_method_flags, check_input, check_method_flags, check_output, check_prompt_bytes, check_prompts,
-                  check_tokenizer, die, examples, load_encoding, load_method, load_model, most_prompt_bytes, parse_size,
-                  pick_device, pick_dtype, run_main, seed, set_threads, use_attention, use_colour, warn_lossy)
+                  check_input, check_output, check_prompt_bytes, check_prompts, check_tokenizer, die, examples,
+                  load_encoding, load_model, most_prompt_bytes, pick_device, pick_dtype, run_main, seed, set_threads,
+                  use_attention, use_colour)
+from .method import add_method_flags, check_method_flags, load_method, parse_size, warn_lossy
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
 COLOURS = {ACCEPTED: "\033[32m", CORRECTION: "\033[31m", BONUS: "\033[36m"}
