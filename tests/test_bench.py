@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from tinyspec.bench import command as bench, benchmark, specs
+from tinyspec.bench import command as bench, benchmark, runner, specs
 from tinyspec.methods.medusa import MedusaHeads
 
 from conftest import ctrl_c, random_gpt, refused
@@ -349,14 +349,14 @@ def test_ctrl_c_during_evaluate_saves_the_figures_that_finished(files, tmp_path)
 from pathlib import Path
 from tinyspec.training import corpus
 corpus.prepare = lambda *args, **kwargs: Path({str(corpus)!r})
-from tinyspec.bench import benchmark
-real, calls = benchmark.Runner.run, []
+from tinyspec.bench import runner
+real, calls = runner.Runner.run, []
 def run(self, *args, **kwargs):
     calls.append(args)
     if len(calls) == 2:
         wait_for_ctrl_c()
     return real(self, *args, **kwargs)
-benchmark.Runner.run = run"""
+runner.Runner.run = run"""
     argv = ["--methods", "ar", "--categories", "code,docs", "--prompts-per-category", "1", "--max-new-tokens", "8",
             "--model", str(tmp_path / "target.safetensors"), "--save", str(tmp_path / "q.json")]
     status, out, err = ctrl_c("tinyspec.bench.evaluate", argv, setup)
@@ -462,7 +462,7 @@ def test_a_pass_interleaved_prompt_by_prompt_adds_up_its_runs():
     one = dict(new_tokens=3, wall_s=1.0, outputs=[[1, 2, 3]], sizes=Counter({0: 2, 4: 1}),
                ledger={"target": 0.6, "rest": 0.4})
     two = dict(new_tokens=2, wall_s=0.5, outputs=[[4, 5]], sizes=Counter({0: 2}), ledger={"target": 0.4, "rest": 0.1})
-    both = benchmark.together([one, two])
+    both = runner.together([one, two])
     assert both["new_tokens"] == 5 and both["wall_s"] == 1.5 and both["outputs"] == [[1, 2, 3], [4, 5]]
     assert both["sizes"] == {0: 4, 4: 1} and both["ledger"] == pytest.approx({"target": 1.0, "rest": 0.5})
     assert one["outputs"] == [[1, 2, 3]] and one["ledger"]["target"] == 0.6  # the runs themselves unchanged

@@ -22,7 +22,7 @@ ROOMS = {
     "speed": ["timing", "policy", "ledger", "sizing", "auto"],
     "training": ["corpus", "optim", "checkpoint", "distill", "gpt", "heads"],
     "commands": ["cli", "method", "data", "train", "generate"],
-    "bench": ["specs", "peer", "plots", "kernels", "benchmark", "batches", "report", "evaluate", "diagrams", "drawings",
+    "bench": ["specs", "peer", "plots", "kernels", "runner", "benchmark", "batches", "report", "evaluate", "diagrams", "drawings",
               "tables", "eagle_step", "figures", "command"],
     "course": ["assignments", "handouts"],
 }

@@ -4,7 +4,7 @@ The docs test checks the tables against the saved reports; this checks the saved
 the code. At T = 0 a row's target forwards are deterministic: the same weights, prompts and method
 give the same greedy text and the same steps, on any CPU (the runs here on an AVX2 machine match
 reports saved on AVX-512 ones step for step). So a few T = 0 rows of each saved CPU report are run
-again, one prompt category, as the benchmark runs them (`benchmark.Runner`), and their target forwards must match the report's, to
+again, one prompt category, as the benchmark runs them (`runner.Runner`), and their target forwards must match the report's, to
 `TOLERANCE`: a near-tie that an instruction set breaks the other way changes one prompt's text from
 that token on, a few forwards of a row; code that proposes or accepts differently moves a row more
 (the stale draft rows this test was written for were 2% off). A report whose inputs are not shipped

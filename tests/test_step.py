@@ -415,7 +415,7 @@ def test_a_recorded_graph_writes_the_readable_loops_tokens_on_the_gpu(counting_g
 def test_the_benchmark_times_a_recorded_step_and_its_ledger(counting):
     """The benchmark's graph rows run `Recorded` (on a CPU, eagerly: the code path a GPU replays),
     and its ledger splits a step into the replay and the host's proposing."""
-    from tinyspec.bench.benchmark import Runner
+    from tinyspec.bench.runner import Runner
     target, methods, prompts = counting
     runner = Runner(target, {"lookup": methods["lookup"], "ar": None}, torch.device("cpu"), 20, 0, cuda_graph=True)
     runner.profile = True
