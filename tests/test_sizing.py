@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from tinyspec.decoding import PLAIN
 from tinyspec.results import run
 from tinyspec.methods import Decoder
 from tinyspec.methods.draft import DraftModel
@@ -321,21 +322,23 @@ def test_a_sizing_that_a_plain_step_now_confirms_is_read(disagreeing, tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_run_read_from_a_slowed_sizing_keeps_plain_decodings_speed(disagreeing, tmp_path):
-    """The same, by the clock: the run at --size auto, its sizing's C(plain) planted at three times,
-    against plain decoding, the passes in turn, the best of nine each (a busy machine slows some
-    passes, never speeds one up): at least 0.95 of plain decoding's speed."""
-    import time
+def test_a_run_read_from_a_slowed_sizing_takes_plain_steps(disagreeing, tmp_path):
+    """The same, end to end on the real clock: the sizing's C(plain) planted at three times, the run
+    at --size auto measures again and then takes only plain steps (no size of this draft pays), so
+    it keeps plain decoding's speed by construction. Unless the new measurement was itself noisy
+    (the machine busy while it ran): then it must say so, and that the next run measures again.
+    (Timing the two decoders against each other instead fails now and then on a busy machine: a
+    lucky plain pass beats the best of nine of the other.)"""
     target, draft = disagreeing
     proposer = DraftModel(target, draft)
     first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
     planted(first.path, plain=3.0)
     sized = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
-    decoders, seconds = {"plain": Decoder(target), "auto": Decoder(target, proposer, policy=sized.policy())}, {}
-    for r in range(9):
-        for name, decoder in list(decoders.items())[::1 if r % 2 else -1]:  # each first in turn
-            t0 = time.perf_counter()
-            for p in prompts(4):
-                run(decoder.steps(p, Sampling(0.0), None, 60))
-            seconds.setdefault(name, []).append(time.perf_counter() - t0)
-    assert min(seconds["plain"]) / min(seconds["auto"]) >= 0.95, seconds
+    assert sized.why.startswith("a plain step took"), sized.describe()
+    if sized.noise > sizing.NOISE:
+        assert "the next run measures again" in sized.describe()
+        return
+    assert sized.chosen() is None, sized.describe()
+    decoder = Decoder(target, proposer, policy=sized.policy())
+    for p in prompts(4):
+        assert set(run(decoder.steps(p, Sampling(0.0), None, 60)).sizes) == {PLAIN}, sized.describe()
