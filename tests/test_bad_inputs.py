@@ -196,7 +196,8 @@ def test_a_dangling_link_into_a_folder_that_exists_is_written_through_and_named(
 
 # What the table above cannot say: an empty argument, TINYSPEC_HOME, more commands, more
 # files. (TINYSPEC_HOME, command, argv as a shell splits it, message); {tmp} holds (see `more_things`) a file, a FIFO,
-# a link to nothing, an EAGLE head cut short, and a prompt file of 1 GB of NUL bytes (sparse: no disk is spent)
+# a link to nothing, an EAGLE head cut short, a prompt file of 1 GB of NUL bytes (sparse: no disk is spent) and a
+# JSONL file of one prompt longer in bytes than any the model's context holds
 MORE_COMMANDS = {**COMMANDS, "figures": figures.main, "course": handouts.main}
 LONG = "n" * 300
 MORE_CASES = [
@@ -207,6 +208,9 @@ MORE_CASES = [
     (None, "figures", "eagle-tree --eagle {tmp}/cut.safetensors", "{tmp}/cut.safetensors is not a readable"),
     (None, "course", "grade {tmp}/" + LONG, "course grade {tmp}/nnn"),
     (None, "generate", "--prompt-file {tmp}/nul.txt", "line 1: over 200320 bytes, longer than any prompt the model's"),
+    (None, "bench", "--quick --no-hf --prompts {tmp}/nul.txt", "--prompts {tmp}/nul.txt, line 1: over 200320 bytes"),
+    (None, "bench", "--quick --no-hf --categories code --prompts {tmp}/wide.jsonl", "code prompt 1 of {tmp}/wide.jsonl is "
+     "over 32704 bytes, more tokens than the model's context of 512: shorten it"),
     ("{tmp}/file", "generate", "--prompt x --method medusa --size auto", "TINYSPEC_HOME={tmp}/file, where nothing can "
      "be written ({tmp}/file is a file, not a folder): set TINYSPEC_HOME to a folder that can be written"),
     ("/dev/full", "generate", "--prompt x --method medusa --size auto", "(/dev/full is a device, not a folder)"),
@@ -223,6 +227,7 @@ def more_things(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "dangling").symlink_to(tmp_path / "missing")
     (tmp_path / "cut.safetensors").write_bytes((WEIGHTS / "eagle.safetensors").read_bytes()[:1000])
+    (tmp_path / "wide.jsonl").write_text(json.dumps({"category": "code", "prompt": "x" * 40000}) + "\n")  # < a line's bound
     with open(tmp_path / "nul.txt", "wb") as f:
         f.truncate(10 ** 9)
     return tmp_path

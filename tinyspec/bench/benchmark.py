@@ -34,8 +34,8 @@ from ..sampling import Sampling
 from ..speed.sizing import device_name, report_rows, sizing_prompts
 from ..speed.timing import copy_bandwidth, weight_bytes
 from ..commands.cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
-                  check_tokenizer, die, examples, load_encoding, load_model, pick_device, pick_dtype, seed,
-                  set_threads, use_attention)
+                  check_prompt_bytes, check_tokenizer, die, examples, load_encoding, load_model, most_prompt_bytes,
+                  pick_device, pick_dtype, seed, set_threads, use_attention)
 from ..commands.method import add_weights_flags, load_method, parse_size, warn_lossy
 from .peer import compare_with_huggingface
 from .runner import Runner, together
@@ -205,16 +205,19 @@ def prepare(args, per_category: int | None = None):
     set_threads(args.threads, device)
     if args.cuda_graph and device.type != "cuda":
         die("--cuda-graph needs a CUDA device (--device cuda)")
-    rows = read_prompt_rows(Path(args.prompts))
     enc = load_encoding(args.tokenizer)
+    target = load_model(args.model, device, dtype)
+    check_tokenizer(target, enc)
+    most = most_prompt_bytes(enc, target.config.n_ctx)
+    rows = read_prompt_rows(Path(args.prompts), most)
     counts = {c: sum(r["category"] == c for r in rows) for c in categories}
     if given and 0 < min(counts.values()) < args.prompts_per_category:  # not a smaller run than asked for, in silence
         die(f"--prompts-per-category {args.prompts_per_category}: {args.prompts} has "
             f"{', '.join(f'{n} {c}' for c, n in counts.items())} prompts; ask for {max(1, min(counts.values()))} or fewer")
-    prompts = {c: [enc.encode_ordinary(r["prompt"]) for r in rows if r["category"] == c][: args.prompts_per_category]
-               for c in categories}
-    target = load_model(args.model, device, dtype)
-    check_tokenizer(target, enc)
+    chosen = {c: [r["prompt"] for r in rows if r["category"] == c][: args.prompts_per_category] for c in categories}
+    for c in categories:  # before tokenizing: a prompt too long in bytes is too long in tokens
+        check_prompt_bytes(chosen[c], most, target.config.n_ctx, f"{c} prompt {{i}} of {args.prompts}")
+    prompts = {c: [enc.encode_ordinary(p) for p in chosen[c]] for c in categories}
     use_attention(target, args.attn, device)
     proposers = {name: load_method(name, args, target, enc, device, dtype) for name in dict.fromkeys(n for n, _, _ in specs)}
     n_ctx = min(target.config.n_ctx, *(p.n_ctx or target.config.n_ctx for p in proposers.values()))

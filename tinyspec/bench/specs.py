@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..methods import METHODS, check_rule
 from ..verify import RULES
-from ..commands.cli import check_input, die
+from ..commands.cli import check_input, die, read_lines
 
 
 def parse_method(spec: str) -> tuple[str, str, str | None]:
@@ -39,18 +39,14 @@ def label(spec) -> str:
     return name + (f":{size}" if size else "") + (f"@{rule}" if rule else "")
 
 
-def read_prompt_rows(path: Path) -> list[dict]:
+def read_prompt_rows(path: Path, most: int) -> list[dict]:
+    """The rows of a --prompts JSONL file ({"category", "prompt"} each); a line too long to hold a prompt
+    of `most` bytes, the most the model's context holds, is refused unread (`cli.read_lines`)."""
     if not check_input(path, "--prompts").is_file():
         die(f"--prompts {path} not found: make it with python -m tinyspec data")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        die(f"--prompts {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a JSONL file made by "
-            "python -m tinyspec data")
+    lines = read_lines(path, "--prompts", most, "give a JSONL file made by python -m tinyspec data")
     rows = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for i, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
             ok = isinstance(row["category"], str) and isinstance(row["prompt"], str)

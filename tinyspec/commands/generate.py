@@ -44,8 +44,8 @@ from ..speed.timing import copy_bandwidth, weight_bytes
 from ..trace import Trace
 from .cli import (DEFAULT_MODEL, DEFAULT_TOKENIZER, DTYPE_HELP, DTYPES, ArgumentParser, HelpFormatter, Progress,
                   check_input, check_output, check_prompt_bytes, check_prompts, check_tokenizer, die, examples,
-                  load_encoding, load_model, most_prompt_bytes, pick_device, pick_dtype, run_main, seed, set_threads,
-                  use_attention, use_colour)
+                  load_encoding, load_model, most_prompt_bytes, pick_device, pick_dtype, read_lines, run_main, seed,
+                  set_threads, use_attention, use_colour)
 from .method import add_method_flags, check_method_flags, load_method, parse_size, warn_lossy
 
 # --show: ANSI colours by where a token came from; plain text for the target's own tokens
@@ -66,27 +66,14 @@ BATCH_HELP = ("decode the prompts B at a time: the B rows share every forward, e
 
 def read_prompts(args, most: int) -> list[str]:
     """--prompt, or --prompt-file: JSONL with a "prompt" field, or one prompt per line. A prompt of
-    more than `most` UTF-8 bytes is longer than the model's context (`cli.most_prompt_bytes`), so the
-    file is read a line at a time and a line far longer than that is refused unread: a gigabyte of
-    NUL bytes is one line, not a gigabyte in memory and an abort inside the tokenizer."""
+    more than `most` UTF-8 bytes is longer than the model's context (`cli.most_prompt_bytes`): a line
+    far longer than that is refused unread (`cli.read_lines`)."""
     if args.prompt is not None:
         return [args.prompt]
     path = check_input(args.prompt_file, "--prompt-file")
     if not path.is_file():
         die(f"--prompt-file {path}: no such file")
-    longest = 6 * most + 4096  # a JSON line: a byte of the prompt may be escaped as \u0000, and other fields
-    lines, offset = [], 0
-    with open(path, "rb") as f:
-        for i, line in enumerate(iter(lambda: f.readline(longest + 1), b""), 1):
-            if len(line) > longest:
-                die(f"--prompt-file {path}, line {i}: over {longest} bytes, longer than any prompt the model's "
-                    f"context holds: shorten it")
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                die(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {offset + e.start}): save it as UTF-8")
-            offset += len(line)
-            lines += [part for part in text.splitlines() if part.strip()]
+    lines = read_lines(path, "--prompt-file", most, "save it as UTF-8")
     if not lines:
         die(f"--prompt-file {path} holds no prompts")
     if not lines[0].lstrip().startswith("{"):
