@@ -227,18 +227,6 @@ def disagreeing(models):
     return models[0], random_gpt(vocab_size=64, n_ctx=128, n_layer=1, n_embd=16, scale=4.0, seed=7)
 
 
-def test_a_sizing_measured_on_a_busier_machine_is_measured_again(disagreeing, tmp_path):
-    """Every cost of the cached sizing three times what the machine takes now (measured while it
-    was three times busier): a plain step timed now disagrees, and sizing measures again and says so."""
-    target, draft = disagreeing
-    proposer = DraftModel(target, draft)
-    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
-    planted(first.path, plain=3.0, steps=3.0)
-    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
-    assert again.measured_s > 0 and "ms then" in again.why and "measured again" in again.describe()
-    assert json.loads(open(first.path).read())["plain_s"] == again.plain_s != 3 * first.plain_s  # the file, anew
-
-
 @pytest.fixture
 def steady(monkeypatch):
     """A machine that is never busy: every step takes a made-up time, fixed by its shape (a plain
@@ -250,6 +238,18 @@ def steady(monkeypatch):
         for _, step in real(steps):
             yield 1e-3 * (1 + 0.5 * step.proposed), step
     monkeypatch.setattr(sizing, "timed_steps", timed_steps)
+
+
+def test_a_sizing_measured_on_a_busier_machine_is_measured_again(disagreeing, tmp_path, steady):
+    """Every cost of the cached sizing three times what the machine takes now (measured while it
+    was three times busier): a plain step timed now disagrees, and sizing measures again and says so."""
+    target, draft = disagreeing
+    proposer = DraftModel(target, draft)
+    first = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    planted(first.path, plain=3.0, steps=3.0)
+    again = sizing.size(target, proposer, None, prompts(), Sampling(0.0), tmp_path, sizes=["1", "2"])
+    assert again.measured_s > 0 and "ms then" in again.why and "measured again" in again.describe()
+    assert json.loads(open(first.path).read())["plain_s"] == again.plain_s != 3 * first.plain_s  # the file, anew
 
 
 def test_a_sizing_whose_plain_steps_were_slowed_does_not_make_the_run_speculate(disagreeing, tmp_path, steady):
