@@ -87,7 +87,7 @@ def test_kernel_benchmark_needs_a_gpu(capsys):
     (["--heads", "{d}/target.safetensors", "--methods", "medusa:8"], "holds a GPT model, not Medusa heads"),
     (["--methods", "medusa:8@greedy", "--temperatures", "0,1"], "medusa:8@greedy at temperature 1: the greedy rule"),
     (["--prompts", "{d}/binary.jsonl"], "not UTF-8 text"),
-    (["--prompts", "{d}/nocategory.jsonl"], "category"),
+    (["--prompts", "{d}/nocategory.jsonl"], "nocategory.jsonl, line 3: expected a JSON object with string \"category\""),
     (["--prompts", "{d}/long.jsonl", "--categories", "code"], "shorten it"),
     (["--max-new-tokens", "400", "--categories", "code"], "lower --max-new-tokens to"),
     (["--threads", "0"], "--threads"),
@@ -100,7 +100,7 @@ def test_bad_benchmark_input_is_one_line_exit_2(files, argv, message, capsys):
     heads = MedusaHeads(32, 3)
     heads.target_fingerprint = random_gpt(vocab_size=8192, n_ctx=320, seed=7).fingerprint()
     heads.save(files / "other.safetensors")
-    (files / "nocategory.jsonl").write_text('{"prompt": "def f():"}\n')
+    (files / "nocategory.jsonl").write_text('\n\n{"prompt": "def f():"}\n')  # line 3, as an editor counts
     (files / "binary.jsonl").write_bytes(bytes(range(256)))
     (files / "long.jsonl").write_text(json.dumps({"category": "code", "prompt": "x = 1\n" * 400}) + "\n")
     argv = [a.format(d=files) for a in argv]

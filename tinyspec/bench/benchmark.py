@@ -216,7 +216,7 @@ def prepare(args, per_category: int | None = None):
             f"{', '.join(f'{n} {c}' for c, n in counts.items())} prompts; ask for {max(1, min(counts.values()))} or fewer")
     chosen = {c: [r["prompt"] for r in rows if r["category"] == c][: args.prompts_per_category] for c in categories}
     for c in categories:  # before tokenizing: a prompt too long in bytes is too long in tokens
-        check_prompt_bytes(chosen[c], most, target.config.n_ctx, f"{c} prompt {{i}} of {args.prompts}")
+        check_prompt_bytes(chosen[c], most, target.config.n_ctx, lambda i: f"{c} prompt {i} of {args.prompts}")
     prompts = {c: [enc.encode_ordinary(p) for p in chosen[c]] for c in categories}
     use_attention(target, args.attn, device)
     proposers = {name: load_method(name, args, target, enc, device, dtype) for name in dict.fromkeys(n for n, _, _ in specs)}

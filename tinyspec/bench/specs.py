@@ -46,7 +46,7 @@ def read_prompt_rows(path: Path, most: int) -> list[dict]:
         die(f"--prompts {path} not found: make it with python -m tinyspec data")
     lines = read_lines(path, "--prompts", most, "give a JSONL file made by python -m tinyspec data")
     rows = []
-    for i, line in enumerate(lines, 1):
+    for i, line in lines:
         try:
             row = json.loads(line)
             ok = isinstance(row["category"], str) and isinstance(row["prompt"], str)

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors import safe_open
@@ -353,8 +354,9 @@ def most_prompt_bytes(enc, n_ctx: int) -> int:
     return (n_ctx - 1) * max(map(len, enc.token_byte_values()))
 
 
-def read_lines(path: Path, flag: str, most: int, fix: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file of prompts, read a line at a time: a line longer than
+def read_lines(path: Path, flag: str, most: int, fix: str) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a UTF-8 text file of prompts, numbered as an
+    editor numbers them (blank lines counted), read a line at a time: a line longer than
     any JSON line that can hold a prompt of `most` bytes (a byte may be escaped as \\u0000, and other
     fields) is refused unread, so a gigabyte of NUL bytes is one refused line, not a gigabyte in
     memory and an abort inside the tokenizer. `fix`: what to do about a file that is not UTF-8."""
@@ -370,18 +372,18 @@ def read_lines(path: Path, flag: str, most: int, fix: str) -> list[str]:
             except UnicodeDecodeError as e:
                 die(f"{flag} {path} is not UTF-8 text ({e.reason} at byte {offset + e.start}): {fix}")
             offset += len(line)
-            lines += [part for part in text.splitlines() if part.strip()]
+            lines += [(i, part) for part in text.splitlines() if part.strip()]
     return lines
 
 
-def check_prompt_bytes(prompts: list[str], most: int, n_ctx: int, which: str = "prompt {i}") -> None:
+def check_prompt_bytes(prompts: list[str], most: int, n_ctx: int,
+                       name: Callable[[int], str] = lambda i: f"prompt {i}") -> None:
     """Before tokenizing: a prompt longer in bytes than any that fits (`most_prompt_bytes`) is refused
     as `check_prompts` would refuse its tokens, without tiktoken's work on all of it (a gigabyte of
-    NUL bytes aborts inside it). `which`: how the error names the prompt ({i}: its number)."""
+    NUL bytes aborts inside it). name(i): how the error names the i-th prompt."""
     for i, prompt in enumerate(prompts, 1):
         if len(prompt) > most or len(prompt.encode("utf-8", "surrogatepass")) > most:
-            die(f"{which.replace('{i}', str(i))} is over {most} bytes, more tokens than the model's context of {n_ctx}: "
-                "shorten it")
+            die(f"{name(i)} is over {most} bytes, more tokens than the model's context of {n_ctx}: shorten it")
 
 
 def check_prompts(encoded: list[list[int]], n_ctx: int) -> None:

@@ -76,10 +76,10 @@ def read_prompts(args, most: int) -> list[str]:
     lines = read_lines(path, "--prompt-file", most, "save it as UTF-8")
     if not lines:
         die(f"--prompt-file {path} holds no prompts")
-    if not lines[0].lstrip().startswith("{"):
-        return lines
+    if not lines[0][1].lstrip().startswith("{"):
+        return [line for _, line in lines]
     prompts = []
-    for i, line in enumerate(lines, 1):
+    for i, line in lines:
         try:
             prompt = json.loads(line)["prompt"]
         except (json.JSONDecodeError, KeyError, TypeError):
